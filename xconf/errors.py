@@ -1,0 +1,57 @@
+"""Typed errors. Every error carries a stable code and names the offending path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class XconfError(Exception):
+    """Base error: ``code`` is stable and machine-readable; ``path`` names the bad key."""
+
+    def __init__(self, code: str, message: str, path: str | None = None) -> None:
+        self.code = code
+        self.message = message
+        self.path = path
+        where = f" at '{path}'" if path else ""
+        super().__init__(f"[{code}]{where}: {message}")
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"code": self.code, "path": self.path, "message": self.message}
+
+
+class ConfigError(XconfError):
+    """Invalid experiment document or Hydra configuration."""
+
+
+@dataclass(frozen=True)
+class PlanIssue:
+    """One structured planning problem; planning reports all of them at once."""
+
+    code: str
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "path": self.path, "message": self.message}
+
+
+class PlanError(XconfError):
+    """Planning found one or more issues; ``issues`` lists every one."""
+
+    def __init__(self, issues: tuple[PlanIssue, ...]) -> None:
+        self.issues = issues
+        first = issues[0]
+        extra = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
+        super().__init__(first.code, first.message + extra, first.path)
+
+
+class OperatorResolutionError(XconfError):
+    """A semantic operator could not be resolved strictly."""
+
+
+class RuntimeMaterializationError(XconfError):
+    """A runtime could not honour a case under strict execution."""
+
+
+class ArtifactError(XconfError):
+    """An artifact could not be written or read safely."""

@@ -1,0 +1,246 @@
+"""Semantic operator catalog: immutable descriptors and per-case resolution sessions.
+
+Operators plug in as :class:`OperatorDescriptor` records published through the
+``xconf.operators`` entry-point group (each entry point names a zero-argument callable
+returning an iterable of descriptors). The core never imports an operator module: the
+descriptor's ``factory`` is a ``"module:attr"`` import string resolved lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from types import MappingProxyType
+from typing import Any, Literal
+
+from xconf.errors import OperatorResolutionError
+
+Side = Literal["rollout", "training"]
+SIDES: tuple[Side, ...] = ("rollout", "training")
+OPERATOR_ENTRY_POINT_GROUP = "xconf.operators"
+SELECTED_LOGPROB = "selected_logprob"
+
+# Ids from the reference project's JSON documents map to xconf's own backends.
+BACKEND_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "auto": "native",
+        "default": "native",
+        "rlkernel.reference_logp": "xconf.reference_logp",
+        "reference": "xconf.reference_logp",
+    }
+)
+
+
+def normalize_backend_id(backend_id: str) -> str:
+    """Strip, lower-case and resolve aliases so id-based lookup matches."""
+    cleaned = backend_id.strip().lower()
+    return BACKEND_ALIASES.get(cleaned, cleaned)
+
+
+@dataclass(frozen=True)
+class OperatorDescriptor:
+    """Immutable declaration of one backend of one semantic operation.
+
+    ``required_topology`` maps a target side to the knob values that side must have
+    (for example ``{"training": {"training.sharding": "unsharded"}}``).
+    ``factory`` is a ``"module:callable"`` string; the callable takes the options
+    mapping as keyword arguments and returns the operator implementation.
+    """
+
+    semantic_operation: str
+    backend_id: str
+    factory: str
+    version: str
+    target_tags: frozenset[Side] = frozenset(SIDES)
+    devices: frozenset[str] = frozenset({"cpu"})
+    dtypes: frozenset[str] = frozenset({"float32", "bfloat16", "float16"})
+    required_topology: Mapping[Side, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    alignment_properties: frozenset[str] = frozenset()
+    lifecycle: str = "engine_construction"
+    build_fingerprint: str = ""
+    fallback_policy: Literal["never"] = "never"
+    is_smoke_only: bool = False
+    runtime_native: bool = False  # True: the runtime computes it on its own path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend_id", normalize_backend_id(self.backend_id))
+        frozen = {k: MappingProxyType(dict(v)) for k, v in self.required_topology.items()}
+        object.__setattr__(self, "required_topology", MappingProxyType(frozen))
+
+    def fingerprint(self) -> str:
+        """Digest of everything that defines this backend's behaviour."""
+        record = {
+            "semantic_operation": self.semantic_operation,
+            "backend_id": self.backend_id,
+            "factory": self.factory,
+            "version": self.version,
+            "build_fingerprint": self.build_fingerprint,
+            "alignment_properties": sorted(self.alignment_properties),
+            "is_smoke_only": self.is_smoke_only,
+        }
+        blob = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class SemanticOperatorCatalog:
+    """Holds descriptors by (semantic operation, backend id); never resolves by priority."""
+
+    def __init__(self, descriptors: Iterable[OperatorDescriptor] = ()) -> None:
+        self._descriptors: dict[tuple[str, str], OperatorDescriptor] = {}
+        for descriptor in descriptors:
+            self.register(descriptor)
+
+    @classmethod
+    def from_entry_points(cls) -> SemanticOperatorCatalog:
+        """The default catalog: every descriptor published under ``xconf.operators``."""
+        catalog = cls()
+        for ep in sorted(entry_points(group=OPERATOR_ENTRY_POINT_GROUP), key=lambda e: e.name):
+            provider: Callable[[], Iterable[OperatorDescriptor]] = ep.load()
+            for descriptor in provider():
+                catalog.register(descriptor)
+        return catalog
+
+    def register(self, descriptor: OperatorDescriptor, *, replace: bool = False) -> None:
+        key = (descriptor.semantic_operation, descriptor.backend_id)
+        if key in self._descriptors and not replace:
+            raise OperatorResolutionError(
+                "operator.duplicate_registration",
+                f"backend '{descriptor.backend_id}' is already registered",
+                path=f"operators.{descriptor.semantic_operation}",
+            )
+        self._descriptors[key] = descriptor
+
+    def get(self, semantic_operation: str, backend_id: str) -> OperatorDescriptor | None:
+        return self._descriptors.get((semantic_operation, normalize_backend_id(backend_id)))
+
+    def backend_ids(self, semantic_operation: str) -> tuple[str, ...]:
+        return tuple(sorted(b for op, b in self._descriptors if op == semantic_operation))
+
+    def descriptors(self) -> tuple[OperatorDescriptor, ...]:
+        return tuple(self._descriptors[k] for k in sorted(self._descriptors))
+
+
+@dataclass(frozen=True)
+class OperatorBinding:
+    """The backend bound to one side of one case: part of the execution identity."""
+
+    semantic_operation: str
+    side: Side
+    backend_id: str
+    options: tuple[tuple[str, Any], ...]
+    descriptor_fingerprint: str
+    is_smoke_only: bool
+    runtime_native: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "semantic_operation": self.semantic_operation,
+            "side": self.side,
+            "backend_id": self.backend_id,
+            "options": dict(self.options),
+            "descriptor_fingerprint": self.descriptor_fingerprint,
+            "is_smoke_only": self.is_smoke_only,
+            "runtime_native": self.runtime_native,
+        }
+
+
+@dataclass(frozen=True)
+class ResolutionPolicy:
+    """Execution policy from the command line, never from a config file."""
+
+    allow_smoke_operators: bool = False
+    device: str = "cpu"
+
+
+def check_descriptor(
+    descriptor: OperatorDescriptor | None,
+    *,
+    side: Side,
+    backend_id: str,
+    dtype: str,
+    knobs: Mapping[str, Any],
+    policy: ResolutionPolicy,
+    path: str,
+) -> OperatorDescriptor:
+    """Strictly check that ``descriptor`` serves ``side`` here; raise with every reason."""
+    if descriptor is None:
+        raise OperatorResolutionError(
+            "operator.unknown_backend", f"no registered backend '{backend_id}'", path
+        )
+    reasons: list[str] = []
+    if side not in descriptor.target_tags:
+        reasons.append(f"does not serve the {side} side")
+    if policy.device not in descriptor.devices:
+        reasons.append(f"does not run on device '{policy.device}'")
+    if dtype not in descriptor.dtypes:
+        reasons.append(f"does not support dtype '{dtype}'")
+    for knob, required in descriptor.required_topology.get(side, {}).items():
+        if knobs.get(knob) != required:
+            reasons.append(f"requires {knob}={required!r}, case has {knobs.get(knob)!r}")
+    if descriptor.is_smoke_only and not policy.allow_smoke_operators:
+        reasons.append("is smoke-only and the command line did not authorize smoke operators")
+    if reasons:
+        raise OperatorResolutionError(
+            "operator.incompatible_backend",
+            f"backend '{descriptor.backend_id}' rejected: " + "; ".join(reasons),
+            path,
+        )
+    return descriptor
+
+
+class OperatorSession:
+    """Per-case resolution: instantiates, caches and records provenance for one case only.
+
+    A fresh session is made for every case, so failed or cached state never leaks.
+    """
+
+    def __init__(self, catalog: SemanticOperatorCatalog, policy: ResolutionPolicy) -> None:
+        self._catalog = catalog
+        self._policy = policy
+        self._instances: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Any] = {}
+        self._provenance: list[dict[str, Any]] = []
+
+    def instantiate(self, binding: OperatorBinding) -> Any:
+        """The implementation for ``binding``; ``None`` for a runtime-native backend."""
+        descriptor = self._catalog.get(binding.semantic_operation, binding.backend_id)
+        path = f"operators.{binding.semantic_operation}.{binding.side}"
+        if descriptor is None or descriptor.fingerprint() != binding.descriptor_fingerprint:
+            raise OperatorResolutionError(
+                "operator.stale_binding",
+                f"backend '{binding.backend_id}' changed or vanished since planning",
+                path,
+            )
+        if descriptor.is_smoke_only and not self._policy.allow_smoke_operators:
+            raise OperatorResolutionError(
+                "operator.smoke_not_authorized",
+                f"smoke-only backend '{binding.backend_id}' needs --allow-smoke-operators",
+                path,
+            )
+        key = (binding.semantic_operation, binding.backend_id, binding.options)
+        if key not in self._instances:
+            instance = None
+            if not descriptor.runtime_native:
+                instance = load_object(descriptor.factory)(**dict(binding.options))
+            self._instances[key] = instance
+        self._provenance.append({**binding.to_dict(), "version": descriptor.version})
+        return self._instances[key]
+
+    def provenance(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self._provenance)
+
+
+def load_object(import_path: str) -> Any:
+    """Resolve ``"package.module:attr"`` (or ``package.module.attr``) to an object."""
+    module_name, sep, attr = import_path.partition(":")
+    if not sep:
+        module_name, _, attr = import_path.rpartition(".")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
