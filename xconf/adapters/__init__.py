@@ -1,0 +1,1 @@
+"""Runtime adapters (subpackages). Importing this package imports no runtime."""

@@ -1,0 +1,245 @@
+"""Tiny Qwen3/Llama checkpoints with deterministic random weights, built locally.
+
+``ensure_model(spec)`` builds (once) a safetensors checkpoint, an HF config and an offline
+BPE tokenizer into ``$XCONF_MODEL_CACHE`` (default ``~/.cache/xconf/models``) under a
+directory named by the spec's content digest, and returns a :class:`ModelRecord` whose
+``checkpoint_sha256`` is the SHA-256 of the weight file. Nothing touches a model hub.
+
+Weights are drawn name by name from one seeded generator (not from transformers' own
+initializers, which change between releases), and the output head is drawn with a large
+standard deviation so that logits are far from uniform and drift is visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
+from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
+
+FACTORY_VERSION = "xconf-tiny-model.v1"
+MANIFEST = "xconf_model.json"
+WEIGHTS = "model.safetensors"
+CACHE_ENV = "XCONF_MODEL_CACHE"
+
+Arch = Literal["qwen3", "llama"]
+_ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything that determines a tiny checkpoint; its digest keys the cache."""
+
+    arch: Arch = "qwen3"
+    vocab_size: int = 512
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    max_position_embeddings: int = 256
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    init_std: float = 0.05
+    lm_head_std: float = 0.5
+    seed: int = 1234
+
+    def digest(self) -> str:
+        payload = {
+            "factory": FACTORY_VERSION,
+            "tokenizer": TOKENIZER_RECIPE_VERSION,
+            "spec": asdict(self),
+        }
+        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A built checkpoint: where it is and what it is (digests, tokenizer id)."""
+
+    path: str
+    arch: str
+    architecture: str
+    spec_sha256: str
+    checkpoint_sha256: str
+    tokenizer_id: str
+    tokenizer_sha256: str
+    eos_token_id: int
+    vocab_size: int
+    model_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path("~/.cache/xconf/models").expanduser()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hf_config(spec: ModelSpec, eos_token_id: int) -> Any:
+    try:
+        from transformers import LlamaConfig, Qwen3Config
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeUnavailableError(
+            "runtime_unavailable", f"transformers is not installed: {exc}", "model"
+        ) from exc
+    common: dict[str, Any] = dict(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        tie_word_embeddings=False,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
+        initializer_range=spec.init_std,
+        architectures=[_ARCH_CLASS[spec.arch]],
+    )
+    if spec.arch == "qwen3":
+        cfg = Qwen3Config(**common)
+    elif spec.arch == "llama":
+        cfg = LlamaConfig(**common)
+    else:
+        raise ModelFactoryError("unsupported_arch", f"unknown arch {spec.arch!r}", "spec.arch")
+    cfg.dtype = "float32"
+    return cfg
+
+
+def _deterministic_state_dict(spec: ModelSpec, cfg: Any) -> dict[str, Any]:
+    """Shapes from the transformers model; values from one seeded generator, by name."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+    gen = torch.Generator(device="cpu").manual_seed(spec.seed)
+    out: dict[str, Any] = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if name.endswith("norm.weight"):
+            tensor = torch.ones(shape, dtype=torch.float32)
+        elif name.endswith(".bias"):
+            tensor = torch.zeros(shape, dtype=torch.float32)
+        else:
+            std = spec.lm_head_std if name == "lm_head.weight" else spec.init_std
+            tensor = torch.randn(shape, generator=gen, dtype=torch.float32) * std
+        out[name] = tensor.contiguous()
+    return out
+
+
+def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
+    from safetensors.torch import save_file
+
+    tok = train_tokenizer(spec.vocab_size, out_dir, spec.max_position_embeddings)
+    cfg = _hf_config(spec, tok.eos_token_id)
+    config_dict = cfg.to_dict()
+    config_dict.pop("transformers_version", None)
+    config_dict["dtype"] = "float32"
+    (out_dir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
+    gen_cfg = {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.eos_token_id}
+    (out_dir / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
+    weights = _deterministic_state_dict(spec, cfg)
+    save_file(weights, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+    ckpt_sha = sha256_file(out_dir / WEIGHTS)
+    record = ModelRecord(
+        path=str(out_dir),
+        arch=spec.arch,
+        architecture=_ARCH_CLASS[spec.arch],
+        spec_sha256=spec.digest(),
+        checkpoint_sha256=ckpt_sha,
+        tokenizer_id=tok.tokenizer_id,
+        tokenizer_sha256=tok.tokenizer_sha256,
+        eos_token_id=tok.eos_token_id,
+        vocab_size=spec.vocab_size,
+        model_version=f"{FACTORY_VERSION}:{spec.arch}:{ckpt_sha[:16]}",
+    )
+    manifest = {"spec": asdict(spec), "record": record.to_dict()}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return record
+
+
+def _load_verified(model_dir: Path, spec: ModelSpec) -> ModelRecord | None:
+    """Return the cached record when its manifest parses and every digest still matches."""
+    manifest_path = model_dir / MANIFEST
+    if not manifest_path.is_file():
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        rec = dict(manifest["record"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    rec["path"] = str(model_dir)
+    try:
+        record = ModelRecord(**rec)
+    except TypeError:
+        return None
+    if record.spec_sha256 != spec.digest():
+        return None
+    weights = model_dir / WEIGHTS
+    tok = model_dir / "tokenizer.json"
+    if not weights.is_file() or not tok.is_file():
+        return None
+    if sha256_file(weights) != record.checkpoint_sha256:
+        return None
+    if sha256_file(tok) != record.tokenizer_sha256:
+        return None
+    return record
+
+
+def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = None) -> ModelRecord:
+    """Build the checkpoint for ``spec`` once; later calls verify and reuse it.
+
+    Building happens in a private temporary directory that is renamed into place, so
+    concurrent callers never see a half-written checkpoint. A cached directory whose
+    digests no longer match is rebuilt.
+    """
+    spec = spec or ModelSpec()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = root / f"{spec.arch}-{spec.digest()[:16]}"
+    cached = _load_verified(target, spec)
+    if cached is not None:
+        return cached
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        _build(spec, tmp)
+        if target.exists():
+            # Someone else won the race, or a stale/corrupt copy is in the way.
+            if _load_verified(target, spec) is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+                return _load_verified(target, spec)  # type: ignore[return-value]
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ModelFactoryError("model_build_failed", str(exc), str(target)) from exc
+    record = _load_verified(target, spec)
+    if record is None:
+        raise ModelFactoryError("model_verify_failed", "built checkpoint failed verification", str(target))
+    return record
