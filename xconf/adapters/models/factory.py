@@ -44,7 +44,7 @@ class ModelSpec:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 16
+    head_dim: int = 32  # vLLM CPU attention supports 32, 64, 80, ...
     max_position_embeddings: int = 256
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6

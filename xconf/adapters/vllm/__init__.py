@@ -1,0 +1,1 @@
+"""vLLM rollout scorer: engine construction, forced decoding, decode/prefill scoring."""

@@ -1,0 +1,197 @@
+"""Construct a vLLM rollout engine from knob values and read its live state back.
+
+``RolloutEngineConfig`` holds the engine-construction and process knobs; its
+``fingerprint()`` decides engine reuse. ``VllmRolloutEngine.readback()`` reports what the
+constructed engine actually uses (its resolved ``vllm_config`` and, through
+``collective_rpc``, the workers' loaded model), never the requested values.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+
+FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
+_DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_KV_CACHE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class RolloutEngineConfig:
+    """Everything that is fixed when the engine is built (lifecycle: engine, process)."""
+
+    model_path: str
+    dtype: str = "float32"
+    enable_prefix_caching: bool = False
+    enforce_eager: bool = True
+    tensor_parallel_size: int = 1
+    kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
+    seed: int = 0
+    max_model_len: int = 256
+    max_num_seqs: int = 64
+    in_process: bool = True
+
+    def validate(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise UnsupportedKnobError(
+                "unsupported_value", f"dtype {self.dtype!r} not in {_DTYPES}", "rollout.dtype"
+            )
+        if self.tensor_parallel_size < 1:
+            raise UnsupportedKnobError(
+                "unsupported_value", "tensor_parallel_size must be >= 1",
+                "rollout.tensor_parallel_size",
+            )
+        if self.kv_cache_memory_bytes <= 0:
+            raise UnsupportedKnobError(
+                "unsupported_value", "kv_cache_memory_bytes must be positive",
+                "rollout.kv_cache_memory_bytes",
+            )
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _worker_state(worker: Any) -> dict[str, Any]:
+    """Runs inside each vLLM worker (collective_rpc): what the loaded model really is."""
+    import torch
+
+    model = worker.model_runner.model
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    from vllm.distributed import parallel_state
+
+    tp_world = parallel_state.get_tensor_model_parallel_world_size()
+    return {
+        "rank": rank,
+        "tp_world_size": tp_world,
+        "param_dtypes": dtypes,
+        "device": str(next(model.parameters()).device),
+        "model_class": type(model).__name__,
+    }
+
+
+def _configure_env(cfg: RolloutEngineConfig) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc readback
+    if cfg.tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        try:
+            from vllm.platforms import current_platform
+
+            is_cpu = current_platform.is_cpu()
+        except ImportError:  # pragma: no cover
+            is_cpu = True
+        if is_cpu:
+            ncpu = os.cpu_count() or 1
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+                str(r % ncpu) for r in range(cfg.tensor_parallel_size)
+            )
+
+
+class VllmRolloutEngine:
+    """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
+
+    def __init__(self, cfg: RolloutEngineConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        _configure_env(cfg)
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise RuntimeUnavailableError(
+                "runtime_unavailable", f"vllm cannot be imported: {exc}", "runtime.rollout"
+            ) from exc
+        kwargs: dict[str, Any] = dict(
+            model=cfg.model_path,
+            tokenizer=cfg.model_path,
+            dtype=cfg.dtype,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            enforce_eager=cfg.enforce_eager,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
+            seed=cfg.seed,
+            max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs,
+            logprobs_mode="raw_logprobs",
+            logits_processors=[FORCED_TOKENS_PROCESSOR],
+        )
+        if cfg.tensor_parallel_size > 1:
+            kwargs["distributed_executor_backend"] = "mp"
+        self.llm: Any = LLM(**kwargs)
+        self._closed = False
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.llm.get_tokenizer()
+
+    def readback(self) -> dict[str, Any]:
+        """The engine's live, resolved configuration plus each worker's loaded model."""
+        if self._closed:
+            raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
+        vc = self.llm.llm_engine.vllm_config
+        mc, cc, pc, comp = (
+            vc.model_config,
+            vc.cache_config,
+            vc.parallel_config,
+            vc.compilation_config,
+        )
+        mode = getattr(comp, "mode", None)
+        out: dict[str, Any] = {
+            "rollout.dtype": str(mc.dtype).removeprefix("torch."),
+            "rollout.enable_prefix_caching": bool(cc.enable_prefix_caching),
+            "rollout.enforce_eager": bool(mc.enforce_eager),
+            "rollout.compilation_mode": getattr(mode, "name", str(mode)),
+            "rollout.cudagraph_mode": str(getattr(comp, "cudagraph_mode", None)),
+            "rollout.tensor_parallel_size": int(pc.tensor_parallel_size),
+            "rollout.world_size": int(pc.world_size),
+            "rollout.block_size": int(cc.block_size),
+            "rollout.kv_cache_memory_bytes": cc.kv_cache_memory_bytes,
+            "rollout.logprobs_mode": str(mc.logprobs_mode),
+            "rollout.max_model_len": int(mc.max_model_len),
+            "rollout.seed": mc.seed,
+            "rollout.device": str(vc.device_config.device_type),
+        }
+        try:
+            workers = self.llm.collective_rpc(_worker_state)
+        except Exception as exc:  # readback must not kill scoring; record why
+            out["rollout.workers"] = None
+            out["rollout.workers_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            out["rollout.workers"] = list(workers)
+        return out
+
+    def close(self) -> None:
+        """Shut the engine down and release the distributed state it created."""
+        if self._closed:
+            return
+        self._closed = True
+        llm = self.llm
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:
+            pass
+        del self.llm
+        del llm
+        try:
+            from vllm.distributed.parallel_state import (
+                destroy_distributed_environment,
+                destroy_model_parallel,
+            )
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        except Exception:
+            pass
+        gc.collect()
+
+    def __enter__(self) -> VllmRolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

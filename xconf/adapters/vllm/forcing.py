@@ -1,0 +1,92 @@
+"""Forced decoding for vLLM v1: a logits processor that pins each row to frozen tokens.
+
+A request opts in with ``SamplingParams(extra_args={FORCED_TOKENS_KEY: [ids...]})``. At
+every step the processor reads the row's position from the live output-token list that
+vLLM hands over when the request is added, and masks every other token to ``-inf``.
+vLLM computes ``raw_logprobs`` before logits processors run, so forcing changes which
+token is emitted but not the reported logprob. Rows without the key are untouched.
+
+This module imports vLLM at import time: it is loaded by vLLM itself through the import
+string :data:`FORCED_TOKENS_PROCESSOR` (also in worker processes), never by xconf's core.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm import SamplingParams
+from vllm.v1.sample.logits_processor import (
+    BatchUpdate,
+    LogitsProcessor,
+    MoveDirectionality,
+)
+
+FORCED_TOKENS_KEY = "xconf_forced_tokens"
+
+
+def _forced_tokens(params: SamplingParams | None) -> list[int] | None:
+    extra = getattr(params, "extra_args", None) or {}
+    forced = extra.get(FORCED_TOKENS_KEY)
+    if forced is None:
+        return None
+    return [int(t) for t in forced]
+
+
+class ForcedTokensLogitsProcessor(LogitsProcessor):
+    """Per-row forced decoding; state follows vLLM's persistent batch (remove, add, move)."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        extra = getattr(sampling_params, "extra_args", None) or {}
+        forced = extra.get(FORCED_TOKENS_KEY)
+        if forced is None:
+            return
+        if not isinstance(forced, list | tuple) or not all(
+            isinstance(t, int) and t >= 0 for t in forced
+        ):
+            raise ValueError(f"{FORCED_TOKENS_KEY} must be a list of non-negative ints")
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        # batch row -> (forced token ids, live reference to the row's output token ids)
+        self._rows: dict[int, tuple[list[int], list[int]]] = {}
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self._rows.pop(index, None)
+        for index, params, _prompt_ids, output_ids in batch_update.added:
+            forced = _forced_tokens(params)
+            if forced is None:
+                self._rows.pop(index, None)
+            else:
+                self._rows[index] = (forced, output_ids)
+        for src, dst, direction in batch_update.moved:
+            a = self._rows.pop(src, None)
+            if direction == MoveDirectionality.SWAP:
+                b = self._rows.pop(dst, None)
+                if b is not None:
+                    self._rows[src] = b
+            else:
+                self._rows.pop(dst, None)
+            if a is not None:
+                self._rows[dst] = a
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        for index, (forced, output_ids) in self._rows.items():
+            position = len(output_ids)
+            if position >= len(forced) or index >= logits.shape[0]:
+                continue
+            token = forced[position]
+            row = logits[index]
+            keep = row[token].clone()
+            row.fill_(float("-inf"))
+            row[token] = keep if torch.isfinite(keep) else 0.0
+        return logits
+
+
+FORCED_TOKENS_PROCESSOR = f"{__name__}:{ForcedTokensLogitsProcessor.__name__}"
