@@ -1,0 +1,1 @@
+"""Training-side scorer: transformers, teacher-forced, read-only, optional FSDP2."""

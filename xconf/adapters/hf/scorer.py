@@ -1,0 +1,125 @@
+"""Training-side teacher-forced scoring of frozen tokens with a transformers model.
+
+Read-only by construction and by check: ``torch.no_grad``, eval mode during the forward
+and every module's original mode restored afterwards, ``use_cache=False``, and the
+rank-local digests of all parameters and buffers compared before and after. The selected
+logprob is the native fp32 ``log_softmax`` + ``gather`` or an injected operator
+``op(logits[N, V], target_ids[N], active_mask[N]) -> float32[N]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from xconf.adapters.errors import ScoringError
+from xconf.adapters.frozen import FrozenIdentity, ScoreBatch, assemble_scores
+from xconf.adapters.hf.model import (
+    TrainingScorerConfig,
+    apply_fsdp2,
+    load_model,
+    normalize_sharding,
+    readback,
+)
+from xconf.adapters.hf.readonly import (
+    check_unchanged,
+    mode_snapshot,
+    restore_modes,
+    state_digest,
+)
+
+SelectedLogprobOp = Callable[[Any, Any, Any], Any]
+
+
+def native_selected_logprob(logits: Any, target_ids: Any, active_mask: Any) -> Any:
+    """fp32 log_softmax over the vocabulary, then the target's entry."""
+    logp = logits.float().log_softmax(dim=-1)
+    return logp.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)
+
+
+def _selected(op: SelectedLogprobOp, logits: Any, targets: Any, active: Any) -> Any:
+    import torch
+
+    out = op(logits, targets, active)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        raise ScoringError("operator_output", "selected-logprob operator must return float32", "logp.backend")
+    if tuple(out.shape) != (targets.shape[0],):
+        raise ScoringError(
+            "operator_output", f"operator returned shape {tuple(out.shape)}, expected ({targets.shape[0]},)",
+            "logp.backend",
+        )
+    return out
+
+
+def teacher_forced_scores(
+    model: Any,
+    identity: FrozenIdentity,
+    batch_size: int,
+    op: SelectedLogprobOp | None = None,
+) -> ScoreBatch:
+    """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched."""
+    import torch
+
+    op = op or native_selected_logprob
+    device = next(model.parameters()).device
+    before = state_digest(model)
+    modes = mode_snapshot(model)
+    per_sample: list[dict[int, float]] = [{} for _ in identity.samples]
+    try:
+        model.eval()
+        with torch.no_grad():
+            for chunk in identity.chunks(batch_size):
+                samples = [identity.samples[i] for i in chunk]
+                width = max(s.length for s in samples)
+                ids = torch.full((len(samples), width), identity.pad_token_id, dtype=torch.long)
+                attn = torch.zeros((len(samples), width), dtype=torch.long)
+                pos = torch.zeros((len(samples), width), dtype=torch.long)
+                for r, s in enumerate(samples):
+                    ids[r, : s.length] = torch.tensor(s.token_ids)
+                    attn[r, : s.length] = 1
+                    pos[r, : s.length] = torch.arange(s.length)
+                out = model(
+                    input_ids=ids.to(device),
+                    attention_mask=attn.to(device),
+                    position_ids=pos.to(device),
+                    use_cache=False,
+                )
+                logits = out.logits[:, :-1, :]
+                targets = ids[:, 1:].to(device)
+                valid = attn[:, 1:].bool().to(device)
+                active = torch.zeros_like(valid)
+                for r, s in enumerate(samples):
+                    active[r, len(s.prompt_ids) - 1 : s.length - 1] = True
+                flat_logits = logits[valid]
+                selected = _selected(op, flat_logits, targets[valid], active[valid]).cpu()
+                rows, cols = valid.nonzero(as_tuple=True)
+                for k in range(selected.shape[0]):
+                    r, c = int(rows[k]), int(cols[k])
+                    per_sample[chunk[r]][c + 1] = float(selected[k])
+    finally:
+        restore_modes(model, modes)
+    check_unchanged(before, state_digest(model), "training.model")
+    return assemble_scores(identity, per_sample, side="training", mode="teacher_forced")
+
+
+class HFTrainingScorer:
+    """A transformers model built for one :class:`TrainingScorerConfig`, scored read-only."""
+
+    def __init__(self, cfg: TrainingScorerConfig) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.model = load_model(cfg)
+        self.sharding = normalize_sharding(cfg.sharding)
+        self.distributed: dict[str, Any] = {}
+        if self.sharding == "fsdp2":
+            self.distributed = apply_fsdp2(self.model, cfg.device)
+
+    def score(
+        self, identity: FrozenIdentity, batch_size: int, op: SelectedLogprobOp | None = None
+    ) -> ScoreBatch:
+        return teacher_forced_scores(self.model, identity, batch_size, op)
+
+    def readback(self) -> dict[str, Any]:
+        out = readback(self.model)
+        out["training.state_digest"] = state_digest(self.model).to_dict()
+        return out
