@@ -7,6 +7,7 @@ Exit codes: 0 every case passed (or plan-only), 1 a non-pass verdict, 2 invalid 
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict, replace
 from typing import Any
 
 import hydra
@@ -70,15 +71,44 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
         return EXIT_INVALID
 
 
+def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:
+    """One multirun job = one case: the composed config's own knob values, nothing else.
+
+    Raises on invalid input so the launcher reports the job as failed, never the sweep.
+    """
+    spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
+    spec = replace(spec, interventions=(), pairwise_paths=(), strategy="one_at_a_time")
+    adapter = instantiate_runtime(OmegaConf.to_container(cfg.runtime, resolve=True))  # type: ignore[arg-type]
+    prepared = prepare(
+        spec,
+        output_root=hydra.utils.to_absolute_path(str(cfg.output_root)),
+        allow_smoke_operators=bool(cfg.allow_smoke_operators),
+        device=adapter.device,
+    )
+    summary = run_prepared(prepared, adapter, resume=bool(cfg.resume))
+    record = summary.records[0]
+    return {
+        **asdict(record),
+        "engines_built": summary.engines_built,
+        "engines_reused": summary.engines_reused,
+    }
+
+
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def _hydra_task(cfg: DictConfig) -> Any:
     _state["started"] = True
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return run_sweep_job(cfg)
     choice = hydra_cfg.runtime.choices.get("runtime")
-    code = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
-    if hydra_cfg.mode == RunMode.RUN:
-        _state["exit"] = code
-    return code
+    _state["exit"] = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
+    return _state["exit"]
+
+
+def set_exit_code(code: int) -> None:
+    """The sweeper reports the sweep's verdict here (0 all pass, 1 any non-pass)."""
+    _state["exit"] = code
+    _state["started"] = True
 
 
 def main() -> None:
