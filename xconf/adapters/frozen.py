@@ -1,23 +1,22 @@
-"""The frozen scoring identity for real runtimes, and the aligned score layout both sides use.
+"""Frozen samples for real runtimes, converted to and from the core's :class:`Identity`.
 
 A baseline rollout generates the response tokens once (fixed prompts, fixed seed); from
 then on the prompts, response ids, masks and positions are frozen and every case scores
-exactly those tokens. Layout: sample ``b`` is ``prompt_ids + response_ids`` (length
-``T_b``), right-padded to ``T = max T_b``. The score at ``[b, t]`` is the logprob of
-``token_ids[b, t]`` given ``token_ids[b, :t]``; the active mask selects response tokens.
+exactly those tokens. Core layout ([B, T], right-padded): position ``t`` of row ``b``
+scores ``selected_token_ids[b, t] == token_ids[b, t + 1]`` given ``token_ids[b, : t + 1]``;
+``active_mask[b, t]`` is 1 exactly when that selected token is a response token.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
+from xconf.schema import Identity, ScoringMode
 
-IDENTITY_SCHEMA = "xconf.frozen_identity.v1"
 TOKENIZER_POLICY = "prompt_ids+response_ids; no special tokens added; right padding"
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
@@ -43,161 +42,144 @@ class FrozenSample:
 
 
 @dataclass(frozen=True)
-class FrozenIdentity:
-    """Frozen samples plus everything that pins what they mean."""
+class FrozenBatch:
+    """The frozen samples (prompt/response split) every case scores."""
 
     samples: tuple[FrozenSample, ...]
-    checkpoint_id: str
-    model_version: str
-    tokenizer_id: str
     pad_token_id: int
-    prompts: tuple[str, ...] = ()
-    generation: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.samples:
-            raise IdentityViolationError("empty_identity", "no frozen samples", "identity")
+            raise IdentityViolationError("identity.empty", "no frozen samples", "identity.token_ids")
         for i, s in enumerate(self.samples):
             if not s.prompt_ids or not s.response_ids:
                 raise IdentityViolationError(
-                    "empty_sample", "prompt and response must be non-empty",
-                    f"identity.samples[{i}]",
+                    "identity.empty_sample", "prompt and response must be non-empty",
+                    f"identity.token_ids[{i}]",
                 )
 
     @property
     def width(self) -> int:
         return max(s.length for s in self.samples)
 
-    def padded(self) -> dict[str, list[list[int]]]:
-        """token_ids, attention_mask, active_mask, position_ids as [B][T] int lists."""
-        width = self.width
-        token_ids, attn, active, pos = [], [], [], []
-        for s in self.samples:
-            pad = width - s.length
-            token_ids.append(list(s.token_ids) + [self.pad_token_id] * pad)
-            attn.append([1] * s.length + [0] * pad)
-            active.append([0] * len(s.prompt_ids) + [1] * len(s.response_ids) + [0] * pad)
-            pos.append(list(range(s.length)) + [0] * pad)
-        return {
-            "token_ids": token_ids,
-            "attention_mask": attn,
-            "active_mask": active,
-            "position_ids": pos,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able record in the v1 identity vocabulary, with its digest."""
-        padded = self.padded()
-        body: dict[str, Any] = {
-            "schema": IDENTITY_SCHEMA,
-            "checkpoint_id": self.checkpoint_id,
-            "model_version": self.model_version,
-            "tokenizer_id": self.tokenizer_id,
-            "tokenizer_policy": TOKENIZER_POLICY,
-            "prompts": list(self.prompts),
-            "prompt_token_ids": [list(s.prompt_ids) for s in self.samples],
-            "response_token_ids": [list(s.response_ids) for s in self.samples],
-            "token_ids": padded["token_ids"],
-            "selected_token_ids": padded["token_ids"],
-            "active_mask": padded["active_mask"],
-            "attention_mask": padded["attention_mask"],
-            "position_ids": padded["position_ids"],
-            "pre_update_state": {"checkpoint_sha256": self.checkpoint_id},
-            "cache_metadata": {"training_kv_cache": "forbidden"},
-            "packing_metadata": {
-                "packing": "none",
-                "padding_side": "right",
-                "pad_token_id": self.pad_token_id,
-            },
-            "generation": dict(self.generation),
-        }
-        body["sha256"] = digest(body)
-        return body
-
-    @property
-    def sha256(self) -> str:
-        return str(self.to_dict()["sha256"])
-
     def chunks(self, batch_size: int) -> list[list[int]]:
         """Sample indices grouped into requests of ``batch_size`` (the last may be short)."""
         if batch_size < 1:
-            raise ScoringError("invalid_batch_size", "batch.size must be >= 1", "batch.size")
+            raise ScoringError("runtime.invalid_batch_size", "batch.size must be >= 1", "batch.size")
         idx = list(range(len(self.samples)))
         return [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FrozenIdentity:
-        expected = data.get("sha256")
-        prompts = data["prompt_token_ids"]
-        responses = data["response_token_ids"]
-        pad = int(data["packing_metadata"]["pad_token_id"])
-        ident = cls(
-            samples=tuple(
-                FrozenSample(tuple(int(t) for t in p), tuple(int(t) for t in r))
-                for p, r in zip(prompts, responses, strict=True)
-            ),
-            checkpoint_id=str(data["checkpoint_id"]),
-            model_version=str(data["model_version"]),
-            tokenizer_id=str(data["tokenizer_id"]),
-            pad_token_id=pad,
-            prompts=tuple(data.get("prompts", ())),
-            generation=dict(data.get("generation", {})),
-        )
-        if expected is not None and ident.sha256 != expected:
-            raise IdentityViolationError(
-                "identity_digest_mismatch", "identity record does not match its sha256",
-                "identity.sha256",
+    def layout(self) -> dict[str, list[list[int]]]:
+        """The core identity's token-level rows for these samples."""
+        width = self.width
+        rows: dict[str, list[list[int]]] = {
+            k: [] for k in ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
+        }
+        for s in self.samples:
+            pad = width - s.length
+            ids = list(s.token_ids) + [self.pad_token_id] * pad
+            rows["token_ids"].append(ids)
+            rows["selected_token_ids"].append(ids[1:] + [self.pad_token_id])
+            first = len(s.prompt_ids) - 1
+            rows["active_mask"].append(
+                [1 if first <= t < s.length - 1 else 0 for t in range(width)]
             )
-        return ident
+            rows["attention_mask"].append([1] * s.length + [0] * pad)
+            rows["position_ids"].append(list(range(s.length)) + [0] * pad)
+        return rows
+
+    @classmethod
+    def from_identity(cls, identity: Identity) -> FrozenBatch:
+        """Recover the prompt/response split; refuse layouts the real scorers cannot honour."""
+        pad = int(json.loads(identity.packing_metadata).get("pad_token_id", 0))
+        samples = []
+        for b, ids in enumerate(identity.token_ids):
+            attn = identity.attention_mask[b]
+            length = sum(attn)
+            where = f"identity.token_ids[{b}]"
+            if list(attn) != [1] * length + [0] * (len(attn) - length):
+                raise IdentityViolationError(
+                    "identity.unsupported_padding", "only right padding is supported", where
+                )
+            active = [t for t, a in enumerate(identity.active_mask[b]) if a]
+            if not active:
+                raise IdentityViolationError("identity.no_response", "no active token", where)
+            first = active[0]
+            if active != list(range(first, length - 1)):
+                raise IdentityViolationError(
+                    "identity.unsupported_mask",
+                    "active tokens must be the contiguous response after the prompt",
+                    f"identity.active_mask[{b}]",
+                )
+            if list(identity.position_ids[b][:length]) != list(range(length)):
+                raise IdentityViolationError(
+                    "identity.unsupported_positions", "positions must be 0..len-1", where
+                )
+            selected = identity.selected_token_ids[b]
+            if any(selected[t] != ids[t + 1] for t in active):
+                raise IdentityViolationError(
+                    "identity.selected_not_next_token",
+                    "selected tokens must be the next frozen tokens (teacher forcing)",
+                    f"identity.selected_token_ids[{b}]",
+                )
+            samples.append(FrozenSample(tuple(ids[: first + 1]), tuple(ids[first + 1 : length])))
+        return cls(tuple(samples), pad)
 
 
-def digest(body: dict[str, Any]) -> str:
-    payload = {k: v for k, v in body.items() if k != "sha256"}
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def build_identity(
+    batch: FrozenBatch,
+    *,
+    checkpoint_id: str,
+    model_version: str,
+    tokenizer_id: str,
+    pre_update_state: str,
+    scoring_mode: ScoringMode,
+    recipe: Mapping[str, Any],
+    cache_metadata: Mapping[str, Any] | None = None,
+) -> Identity:
+    rows = batch.layout()
 
+    def t(name: str) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(r) for r in rows[name])
 
-@dataclass(frozen=True)
-class ScoreBatch:
-    """One side's selected logprobs in the frozen layout (torch tensors, CPU).
+    def canon(doc: Mapping[str, Any]) -> str:
+        return json.dumps(dict(doc), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
-    ``logprobs`` [B, T] float32 (0.0 where not scored), ``scored`` [B, T] bool,
-    ``token_ids`` [B, T] int64 (the tokens the side actually scored).
-    """
-
-    logprobs: Any
-    scored: Any
-    token_ids: Any
-    side: str
-    mode: str
+    return Identity(
+        checkpoint_id=checkpoint_id,
+        model_version=model_version,
+        tokenizer_id=tokenizer_id,
+        tokenizer_policy=TOKENIZER_POLICY,
+        token_ids=t("token_ids"),
+        selected_token_ids=t("selected_token_ids"),
+        active_mask=t("active_mask"),
+        attention_mask=t("attention_mask"),
+        position_ids=t("position_ids"),
+        pre_update_state=pre_update_state,
+        cache_metadata=canon(cache_metadata or {"training_kv_cache": "forbidden"}),
+        packing_metadata=canon(
+            {"packed": False, "padding_side": "right", "pad_token_id": batch.pad_token_id}
+        ),
+        scoring_mode=scoring_mode,
+        recipe=canon(recipe),
+    )
 
 
 def assemble_scores(
-    identity: FrozenIdentity,
-    per_sample: Sequence[dict[int, float]],
-    side: str,
-    mode: str,
-) -> ScoreBatch:
-    """Place ``{position: logprob}`` maps into the padded [B, T] layout."""
+    batch: FrozenBatch, per_sample: Sequence[Mapping[int, float]], side: str
+) -> Any:
+    """``{position: logprob}`` maps -> float32 [B, T] (0.0 where a side scored nothing)."""
     import torch
 
-    padded = identity.padded()
-    bsz, width = len(identity.samples), identity.width
-    if len(per_sample) != bsz:
-        raise ScoringError("score_shape", f"{len(per_sample)} samples scored, expected {bsz}", side)
-    logprobs = torch.zeros((bsz, width), dtype=torch.float32)
-    scored = torch.zeros((bsz, width), dtype=torch.bool)
+    if len(per_sample) != len(batch.samples):
+        raise ScoringError(
+            "runtime.score_shape", f"{len(per_sample)} samples scored, expected {len(batch.samples)}", side
+        )
+    out = torch.zeros((len(batch.samples), batch.width), dtype=torch.float32)
     for b, positions in enumerate(per_sample):
+        limit = batch.samples[b].length - 1
         for t, value in positions.items():
-            if not 0 < t < identity.samples[b].length:
-                raise ScoringError("score_shape", f"position {t} outside sample {b}", side)
-            logprobs[b, t] = float(value)
-            scored[b, t] = True
-    token_ids = torch.tensor(padded["token_ids"], dtype=torch.int64)
-    return ScoreBatch(logprobs=logprobs, scored=scored, token_ids=token_ids, side=side, mode=mode)
-
-
-def active_mask_tensor(identity: FrozenIdentity) -> Any:
-    import torch
-
-    return torch.tensor(identity.padded()["active_mask"], dtype=torch.bool)
+            if not 0 <= t < limit:
+                raise ScoringError("runtime.score_shape", f"position {t} outside sample {b}", side)
+            out[b, t] = float(value)
+    return out

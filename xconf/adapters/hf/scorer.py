@@ -10,10 +10,11 @@ logprob is the native fp32 ``log_softmax`` + ``gather`` or an injected operator
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import ScoringError
-from xconf.adapters.frozen import FrozenIdentity, ScoreBatch, assemble_scores
+from xconf.adapters.frozen import FrozenBatch, assemble_scores
 from xconf.adapters.hf.model import (
     TrainingScorerConfig,
     apply_fsdp2,
@@ -22,6 +23,7 @@ from xconf.adapters.hf.model import (
     readback,
 )
 from xconf.adapters.hf.readonly import (
+    StateDigest,
     check_unchanged,
     mode_snapshot,
     restore_modes,
@@ -51,12 +53,23 @@ def _selected(op: SelectedLogprobOp, logits: Any, targets: Any, active: Any) -> 
     return out
 
 
+@dataclass(frozen=True)
+class TrainingScore:
+    """Selected logprobs [B, T] (core layout) and the read-only evidence of the pass."""
+
+    logprobs: Any
+    digest_before: StateDigest
+    digest_after: StateDigest
+    mode_restored: bool
+    request_sizes: tuple[int, ...]
+
+
 def teacher_forced_scores(
     model: Any,
-    identity: FrozenIdentity,
+    batch: FrozenBatch,
     batch_size: int,
     op: SelectedLogprobOp | None = None,
-) -> ScoreBatch:
+) -> TrainingScore:
     """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched."""
     import torch
 
@@ -64,42 +77,49 @@ def teacher_forced_scores(
     device = next(model.parameters()).device
     before = state_digest(model)
     modes = mode_snapshot(model)
-    per_sample: list[dict[int, float]] = [{} for _ in identity.samples]
+    per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
+    sizes: list[int] = []
     try:
         model.eval()
         with torch.no_grad():
-            for chunk in identity.chunks(batch_size):
-                samples = [identity.samples[i] for i in chunk]
+            for chunk in batch.chunks(batch_size):
+                samples = [batch.samples[i] for i in chunk]
                 width = max(s.length for s in samples)
-                ids = torch.full((len(samples), width), identity.pad_token_id, dtype=torch.long)
+                ids = torch.full((len(samples), width), batch.pad_token_id, dtype=torch.long)
                 attn = torch.zeros((len(samples), width), dtype=torch.long)
                 pos = torch.zeros((len(samples), width), dtype=torch.long)
+                active = torch.zeros((len(samples), width - 1), dtype=torch.bool)
                 for r, s in enumerate(samples):
                     ids[r, : s.length] = torch.tensor(s.token_ids)
                     attn[r, : s.length] = 1
                     pos[r, : s.length] = torch.arange(s.length)
+                    active[r, len(s.prompt_ids) - 1 : s.length - 1] = True
+                sizes.append(int(ids.shape[0]))
                 out = model(
                     input_ids=ids.to(device),
                     attention_mask=attn.to(device),
                     position_ids=pos.to(device),
                     use_cache=False,
                 )
-                logits = out.logits[:, :-1, :]
-                targets = ids[:, 1:].to(device)
-                valid = attn[:, 1:].bool().to(device)
-                active = torch.zeros_like(valid)
-                for r, s in enumerate(samples):
-                    active[r, len(s.prompt_ids) - 1 : s.length - 1] = True
-                flat_logits = logits[valid]
-                selected = _selected(op, flat_logits, targets[valid], active[valid]).cpu()
+                # position t predicts token t + 1 (teacher forcing of the frozen sequence)
+                valid = attn[:, 1:].bool()
+                flat_logits = out.logits[:, :-1, :][valid.to(device)]
+                targets = ids[:, 1:][valid].to(device)
+                selected = _selected(op, flat_logits, targets, active[valid].to(device)).cpu()
                 rows, cols = valid.nonzero(as_tuple=True)
                 for k in range(selected.shape[0]):
-                    r, c = int(rows[k]), int(cols[k])
-                    per_sample[chunk[r]][c + 1] = float(selected[k])
+                    per_sample[chunk[int(rows[k])]][int(cols[k])] = float(selected[k])
     finally:
         restore_modes(model, modes)
-    check_unchanged(before, state_digest(model), "training.model")
-    return assemble_scores(identity, per_sample, side="training", mode="teacher_forced")
+    after = state_digest(model)
+    check_unchanged(before, after, "training.model")
+    return TrainingScore(
+        logprobs=assemble_scores(batch, per_sample, side="training"),
+        digest_before=before,
+        digest_after=after,
+        mode_restored=mode_snapshot(model) == modes,
+        request_sizes=tuple(sizes),
+    )
 
 
 class HFTrainingScorer:
@@ -111,15 +131,22 @@ class HFTrainingScorer:
         self.model = load_model(cfg)
         self.sharding = normalize_sharding(cfg.sharding)
         self.distributed: dict[str, Any] = {}
+        self.last_request_size: int | None = None
+        self.request_sizes: list[int] = []
         if self.sharding == "fsdp2":
             self.distributed = apply_fsdp2(self.model, cfg.device)
 
     def score(
-        self, identity: FrozenIdentity, batch_size: int, op: SelectedLogprobOp | None = None
-    ) -> ScoreBatch:
-        return teacher_forced_scores(self.model, identity, batch_size, op)
+        self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
+    ) -> TrainingScore:
+        score = teacher_forced_scores(self.model, batch, batch_size, op)
+        self.last_request_size = batch_size
+        self.request_sizes = list(score.request_sizes)
+        return score
 
     def readback(self) -> dict[str, Any]:
         out = readback(self.model)
         out["training.state_digest"] = state_digest(self.model).to_dict()
+        out["batch.size"] = self.last_request_size
+        out["training.request_sizes"] = list(self.request_sizes)
         return out

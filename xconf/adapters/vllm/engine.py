@@ -36,6 +36,9 @@ class RolloutEngineConfig:
     max_model_len: int = 256
     max_num_seqs: int = 64
     in_process: bool = True
+    # raw_logprobs: the engine's native selected logprob. raw_logits: full-vocabulary logits
+    # rows are returned so that an injected selected-logprob operator can be applied.
+    logprobs_mode: str = "raw_logprobs"
 
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
@@ -46,6 +49,10 @@ class RolloutEngineConfig:
             raise UnsupportedKnobError(
                 "unsupported_value", "tensor_parallel_size must be >= 1",
                 "rollout.tensor_parallel_size",
+            )
+        if self.logprobs_mode not in ("raw_logprobs", "raw_logits"):
+            raise UnsupportedKnobError(
+                "unsupported_value", f"logprobs_mode {self.logprobs_mode!r}", "logp.backend"
             )
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
@@ -118,13 +125,26 @@ class VllmRolloutEngine:
             seed=cfg.seed,
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode=cfg.logprobs_mode,
             logits_processors=[FORCED_TOKENS_PROCESSOR],
         )
+        if cfg.logprobs_mode == "raw_logits":
+            kwargs["max_logprobs"] = -1
         if cfg.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "mp"
         self.llm: Any = LLM(**kwargs)
         self._closed = False
+        self.last_batch_size: int | None = None  # the chunking of the last score call
+        self.request_sizes: list[int] = []  # requests the engine answered per generate call
+
+    @property
+    def logprobs_k(self) -> int:
+        """0: only the selected token (native); -1: every vocabulary entry (operator path)."""
+        return 0 if self.cfg.logprobs_mode == "raw_logprobs" else -1
+
+    def note_request(self, n_outputs: int) -> None:
+        """Record how many requests the engine answered in one generate call."""
+        self.request_sizes.append(n_outputs)
 
     @property
     def tokenizer(self) -> Any:
@@ -156,6 +176,12 @@ class VllmRolloutEngine:
             "rollout.max_model_len": int(mc.max_model_len),
             "rollout.seed": mc.seed,
             "rollout.device": str(vc.device_config.device_type),
+            "rollout.context_parallel_size": int(getattr(pc, "prefill_context_parallel_size", 1)),
+            "rollout.decode_context_parallel_size": int(
+                getattr(pc, "decode_context_parallel_size", 1)
+            ),
+            "batch.size": self.last_batch_size,
+            "rollout.request_sizes": list(self.request_sizes),
         }
         try:
             workers = self.llm.collective_rpc(_worker_state)

@@ -7,154 +7,169 @@ Modes (part of the identity):
 - ``prefill``: the whole frozen sequence as a prompt, scored with ``prompt_logprobs``.
 
 ``batch_size`` chunks the frozen samples into ``generate`` calls of that many requests.
+With an injected selected-logprob operator the engine must have been built with
+``logprobs_mode="raw_logits"`` and full-vocabulary logprobs; the operator then computes the
+selected logprob from the engine's own logits rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
-from xconf.adapters.frozen import (
-    DEFAULT_PROMPTS,
-    FrozenIdentity,
-    FrozenSample,
-    ScoreBatch,
-    assemble_scores,
-)
+from xconf.adapters.frozen import DEFAULT_PROMPTS, FrozenBatch, FrozenSample, assemble_scores
 from xconf.adapters.vllm.engine import VllmRolloutEngine
 
-RolloutMode = Literal["decode", "prefill"]
 ROLLOUT_MODES: tuple[str, ...] = ("decode", "prefill")
 FORCED_TOKENS_KEY = "xconf_forced_tokens"  # same key as xconf.adapters.vllm.forcing
+SelectedLogprobOp = Callable[[Any, Any, Any], Any]
 
 
-def freeze_identity(
+def generate_responses(
     engine: VllmRolloutEngine,
-    *,
-    checkpoint_id: str,
-    model_version: str,
-    tokenizer_id: str,
     prompts: Sequence[str] = DEFAULT_PROMPTS,
+    *,
     response_len: int = 12,
     seed: int = 20260101,
     temperature: float = 1.0,
-) -> FrozenIdentity:
-    """Generate the baseline responses once (seeded sampling) and freeze everything."""
+) -> FrozenBatch:
+    """The baseline rollout: seeded sampling of ``response_len`` tokens per prompt."""
     from vllm import SamplingParams
 
     tok = engine.tokenizer
     prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     params = [
         SamplingParams(
-            max_tokens=response_len,
-            temperature=temperature,
-            seed=seed + i,
-            ignore_eos=True,
-            detokenize=False,
+            max_tokens=response_len, temperature=temperature, seed=seed + i,
+            ignore_eos=True, detokenize=False,
         )
         for i in range(len(prompts))
     ]
-    outs = engine.llm.generate(
-        [{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False
-    )
+    outs = engine.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
     samples = []
     for ids, out in zip(prompt_ids, outs, strict=True):
         resp = tuple(int(t) for t in out.outputs[0].token_ids)
         if len(resp) != response_len:
             raise ScoringError(
-                "short_response", f"generated {len(resp)} of {response_len} tokens",
-                "identity.response_token_ids",
+                "runtime.short_response", f"generated {len(resp)} of {response_len} tokens",
+                "identity.recipe.response_len",
             )
         samples.append(FrozenSample(tuple(ids), resp))
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    return FrozenIdentity(
-        samples=tuple(samples),
-        checkpoint_id=checkpoint_id,
-        model_version=model_version,
-        tokenizer_id=tokenizer_id,
-        pad_token_id=int(pad),
-        prompts=tuple(prompts),
-        generation={
-            "engine": "vllm",
-            "engine_fingerprint": engine.cfg.fingerprint(),
-            "dtype": engine.cfg.dtype,
-            "seed": seed,
-            "temperature": temperature,
-            "response_len": response_len,
-        },
-    )
+    return FrozenBatch(tuple(samples), int(pad))
 
 
-def _lp(entry: dict[int, Any] | None, token: int, where: str) -> float:
+def _entry_value(entry: dict[int, Any] | None, token: int, where: str) -> float:
     if not entry or token not in entry:
-        raise ScoringError("missing_logprob", f"engine returned no logprob for token {token}", where)
+        raise ScoringError("runtime.missing_logprob", f"engine returned nothing for token {token}", where)
     return float(entry[token].logprob)
 
 
-def _score_decode(engine: VllmRolloutEngine, samples: list[FrozenSample]) -> list[dict[int, float]]:
+def _select(
+    entries: list[dict[int, Any] | None], targets: list[int], op: SelectedLogprobOp | None, where: str
+) -> list[float]:
+    """Native: the engine's raw logprob. Operator: op over the engine's full logits rows."""
+    if op is None:
+        return [_entry_value(e, t, f"{where}[{k}]") for k, (e, t) in enumerate(zip(entries, targets, strict=True))]
+    import torch
+
+    rows = []
+    for k, entry in enumerate(entries):
+        if not entry:
+            raise ScoringError("runtime.missing_logits", "engine returned no logits row", f"{where}[{k}]")
+        row = torch.full((max(entry) + 1,), float("-inf"), dtype=torch.float32)
+        for tok, lp in entry.items():
+            row[tok] = float(lp.logprob)
+        rows.append(row)
+    width = max(r.shape[0] for r in rows)
+    logits = torch.full((len(rows), width), float("-inf"), dtype=torch.float32)
+    for k, r in enumerate(rows):
+        logits[k, : r.shape[0]] = r
+    target = torch.tensor(targets, dtype=torch.long)
+    out = op(logits, target, torch.ones(len(rows), dtype=torch.bool))
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (len(rows),):
+        raise ScoringError("runtime.operator_output", "operator must return float32 [N]", "logp.backend")
+    return [float(v) for v in out]
+
+
+def _score_decode(
+    engine: VllmRolloutEngine, samples: list[FrozenSample], op: SelectedLogprobOp | None
+) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
     params = [
         SamplingParams(
-            max_tokens=len(s.response_ids),
-            temperature=0.0,
-            logprobs=0,
-            ignore_eos=True,
-            detokenize=False,
+            max_tokens=len(s.response_ids), temperature=0.0, logprobs=engine.logprobs_k,
+            ignore_eos=True, detokenize=False,
             extra_args={FORCED_TOKENS_KEY: list(s.response_ids)},
         )
         for s in samples
     ]
-    outs = engine.llm.generate(
-        [{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False
-    )
+    outs = engine.llm.generate([{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False)
+    engine.note_request(len(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
         comp = out.outputs[0]
         got = tuple(int(t) for t in comp.token_ids)
         if got != s.response_ids:
             raise IdentityViolationError(
-                "forced_decoding_diverged",
+                "identity.forced_decoding_diverged",
                 f"engine emitted {list(got)} instead of the frozen {list(s.response_ids)}",
-                "identity.response_token_ids",
+                "identity.token_ids",
             )
         if comp.logprobs is None or len(comp.logprobs) != len(got):
-            raise ScoringError("missing_logprob", "decode returned no per-token logprobs", "rollout")
-        base = len(s.prompt_ids)
-        result.append(
-            {base + k: _lp(comp.logprobs[k], tok, f"rollout.decode[{k}]") for k, tok in enumerate(got)}
-        )
+            raise ScoringError("runtime.missing_logprob", "decode returned no per-token logprobs", "rollout")
+        values = _select(list(comp.logprobs), list(got), op, "rollout.decode")
+        base = len(s.prompt_ids) - 1
+        result.append({base + k: v for k, v in enumerate(values)})
     return result
 
 
-def _score_prefill(engine: VllmRolloutEngine, samples: list[FrozenSample]) -> list[dict[int, float]]:
+def _score_prefill(
+    engine: VllmRolloutEngine, samples: list[FrozenSample], op: SelectedLogprobOp | None
+) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
-    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-    outs = engine.llm.generate(
-        [{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False
+    params = SamplingParams(
+        max_tokens=1, temperature=0.0, prompt_logprobs=engine.logprobs_k, detokenize=False
     )
+    outs = engine.llm.generate([{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False)
+    engine.note_request(len(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
         plp = out.prompt_logprobs
         if plp is None or len(plp) != s.length:
-            raise ScoringError("missing_logprob", "prefill returned no prompt logprobs", "rollout")
+            raise ScoringError("runtime.missing_logprob", "prefill returned no prompt logprobs", "rollout")
         ids = s.token_ids
-        result.append({t: _lp(plp[t], ids[t], f"rollout.prefill[{t}]") for t in range(1, s.length)})
+        values = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill")
+        result.append(dict(enumerate(values)))
     return result
 
 
 def score_frozen(
-    engine: VllmRolloutEngine, identity: FrozenIdentity, mode: str, batch_size: int
-) -> ScoreBatch:
-    """Score every frozen sample in requests of ``batch_size``; returns the aligned layout."""
+    engine: VllmRolloutEngine,
+    batch: FrozenBatch,
+    mode: str,
+    batch_size: int,
+    op: SelectedLogprobOp | None = None,
+) -> Any:
+    """Score every frozen sample in requests of ``batch_size``: float32 [B, T], core layout."""
     if mode not in ROLLOUT_MODES:
-        raise ScoringError("unsupported_mode", f"rollout mode {mode!r} not in {ROLLOUT_MODES}", "rollout.mode")
+        raise ScoringError("runtime.unsupported_mode", f"rollout mode {mode!r} not in {ROLLOUT_MODES}", "identity.scoring_mode")
+    if (op is None) != (engine.cfg.logprobs_mode == "raw_logprobs"):
+        raise ScoringError(
+            "runtime.operator_engine_mismatch",
+            f"engine built with logprobs_mode={engine.cfg.logprobs_mode} cannot serve "
+            f"{'an injected operator' if op is not None else 'the native path'}",
+            "logp.backend",
+        )
     scorer = _score_decode if mode == "decode" else _score_prefill
-    per_sample: list[dict[int, float]] = [{} for _ in identity.samples]
-    for chunk in identity.chunks(batch_size):
-        scored = scorer(engine, [identity.samples[i] for i in chunk])
+    engine.request_sizes = []
+    engine.last_batch_size = batch_size
+    per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
+    for chunk in batch.chunks(batch_size):
+        scored = scorer(engine, [batch.samples[i] for i in chunk], op)
         for i, positions in zip(chunk, scored, strict=True):
             per_sample[i] = positions
-    return assemble_scores(identity, per_sample, side="rollout", mode=mode)
+    return assemble_scores(batch, per_sample, side="rollout")

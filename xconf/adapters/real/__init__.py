@@ -1,0 +1,1 @@
+"""The `vllm_hf` runtime: vLLM rollout scorer paired with a Hugging Face training scorer."""

