@@ -1,0 +1,81 @@
+"""FSDP2 training scorer: 2 gloo ranks, bitwise equal to the unsharded scorer, read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+WORLD = 2
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from xconf.adapters.frozen import FrozenBatch, FrozenSample
+    from xconf.adapters.hf.model import TrainingScorerConfig
+    from xconf.adapters.hf.scorer import HFTrainingScorer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=__import__("datetime").timedelta(seconds=120))
+    try:
+        batch = FrozenBatch(
+            (FrozenSample((5, 6, 7), (8, 9, 10, 11)), FrozenSample((12, 13), (14, 15, 16))),
+            pad_token_id=0,
+        )
+        plain = HFTrainingScorer(TrainingScorerConfig(model_path=model_path)).score(batch, 2)
+        sharded_scorer = HFTrainingScorer(TrainingScorerConfig(model_path=model_path, sharding="fsdp"))
+        sharded = sharded_scorer.score(batch, 1)
+        back = sharded_scorer.readback()
+        result = {
+            "bitwise": bool(torch.equal(plain.logprobs, sharded.logprobs)),
+            "max_diff": float((plain.logprobs - sharded.logprobs).abs().max()),
+            "digest_equal": sharded.digest_before == sharded.digest_after,
+            "sharding": back["training.sharding"],
+            "world": back["training.world_size"],
+            "wrapped": len(back["training.fsdp_wrapped_modules"]),
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_two_ranks_bitwise_equal_to_unsharded(model_record: Any, tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    started = time.perf_counter()
+    ctx = mp.start_processes(
+        _rank_main, args=(model_record.path, _free_port(), str(tmp_path)), nprocs=WORLD,
+        join=False, start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"FSDP ranks did not finish within {TIMEOUT_S} s")
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for res in results:
+        assert res["bitwise"], res
+        assert res["digest_equal"]
+        assert res["sharding"] == "fsdp2" and res["world"] == WORLD
+        assert res["wrapped"] == 3  # two decoder layers and the root
+    print(f"fsdp2 2-rank test: {time.perf_counter() - started:.1f} s")
