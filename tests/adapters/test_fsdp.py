@@ -40,7 +40,7 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
         )
         plain = HFTrainingScorer(TrainingScorerConfig(model_path=model_path)).score(batch, 2)
         sharded_scorer = HFTrainingScorer(TrainingScorerConfig(model_path=model_path, sharding="fsdp"))
-        sharded = sharded_scorer.score(batch, 1)
+        sharded = sharded_scorer.score(batch, 2)
         back = sharded_scorer.readback()
         result = {
             "bitwise": bool(torch.equal(plain.logprobs, sharded.logprobs)),

@@ -105,8 +105,21 @@ def apply_fsdp2(model: Any, device: str = "cpu") -> dict[str, Any]:
     mesh = init_device_mesh(device, (world,))
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    # The root too reshards after forward, so the registered parameters are the local
+    # shards again when scoring ends (and the read-only digest compares like with like).
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)
     return {"world_size": world, "backend": dist.get_backend()}
+
+
+def reshard(model: Any) -> None:
+    """Return every FSDP2 module to its sharded state (no-op for an unsharded model)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover
+        return
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def readback(model: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from xconf.adapters.hf.model import (
     load_model,
     normalize_sharding,
     readback,
+    reshard,
 )
 from xconf.adapters.hf.readonly import (
     StateDigest,
@@ -110,6 +111,7 @@ def teacher_forced_scores(
                 for k in range(selected.shape[0]):
                     per_sample[chunk[int(rows[k])]][int(cols[k])] = float(selected[k])
     finally:
+        reshard(model)
         restore_modes(model, modes)
     after = state_digest(model)
     check_unchanged(before, after, "training.model")

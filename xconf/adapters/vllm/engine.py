@@ -12,6 +12,7 @@ import gc
 import hashlib
 import json
 import os
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,9 +21,10 @@ from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, Unsuppo
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
 _DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_KV_CACHE_BYTES = 64 << 20
-# In-process engines (TP 1, V1 multiprocessing off) share this process's torch.distributed
-# and model-parallel groups: they are torn down only when the last such engine closes.
-_live_in_process = 0
+# vLLM's in-process EngineCore.shutdown() tears down this process's torch.distributed and
+# model-parallel state (cleanup_dist_env_and_memory), which every engine whose core runs in
+# this process uses. So at most one such engine is alive: building one closes the others.
+_LIVE: weakref.WeakSet[VllmRolloutEngine] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -135,14 +137,18 @@ class VllmRolloutEngine:
             kwargs["max_logprobs"] = -1
         if cfg.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "mp"
-        global _live_in_process
+        self._closed = True
+        for other in list(_LIVE):
+            other.close()
         self.llm: Any = LLM(**kwargs)
         self._closed = False
-        self._uses_process_groups = cfg.in_process and cfg.tensor_parallel_size == 1
-        if self._uses_process_groups:
-            _live_in_process += 1
+        _LIVE.add(self)
         self.last_batch_size: int | None = None  # the chunking of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def logprobs_k(self) -> int:
@@ -200,15 +206,11 @@ class VllmRolloutEngine:
         return out
 
     def close(self) -> None:
-        """Shut the engine down; the last in-process engine releases the process groups."""
-        global _live_in_process
+        """Shut the engine down and release the distributed state it created."""
         if self._closed:
             return
         self._closed = True
-        last = False
-        if self._uses_process_groups:
-            _live_in_process -= 1
-            last = _live_in_process == 0
+        _LIVE.discard(self)
         llm = self.llm
         try:
             llm.llm_engine.engine_core.shutdown()
@@ -216,9 +218,6 @@ class VllmRolloutEngine:
             pass
         del self.llm
         del llm
-        if not last:
-            gc.collect()
-            return
         try:
             from vllm.distributed.parallel_state import (
                 destroy_distributed_environment,

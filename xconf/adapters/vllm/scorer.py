@@ -157,6 +157,12 @@ def score_frozen(
     """Score every frozen sample in requests of ``batch_size``: float32 [B, T], core layout."""
     if mode not in ROLLOUT_MODES:
         raise ScoringError("runtime.unsupported_mode", f"rollout mode {mode!r} not in {ROLLOUT_MODES}", "identity.scoring_mode")
+    if engine.closed:
+        raise ScoringError(
+            "runtime.engine_closed",
+            "this engine was closed (building another in-process engine closes the previous one)",
+            "runtime.rollout",
+        )
     if (op is None) != (engine.cfg.logprobs_mode == "raw_logprobs"):
         raise ScoringError(
             "runtime.operator_engine_mismatch",
