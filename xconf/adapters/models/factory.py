@@ -229,16 +229,18 @@ def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = N
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         _build(spec, tmp)
-        if target.exists():
-            # Someone else won the race, or a stale/corrupt copy is in the way.
-            if _load_verified(target, spec) is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-                return _load_verified(target, spec)  # type: ignore[return-value]
-            shutil.rmtree(target)
-        os.rename(tmp, target)
+        if target.exists() and _load_verified(target, spec) is None:
+            shutil.rmtree(target, ignore_errors=True)  # stale or corrupt copy
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # Another process (another rank) published the same checkpoint first.
+            if _load_verified(target, spec) is None:
+                raise
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise ModelFactoryError("model_build_failed", str(exc), str(target)) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     record = _load_verified(target, spec)
     if record is None:
         raise ModelFactoryError("model_verify_failed", "built checkpoint failed verification", str(target))

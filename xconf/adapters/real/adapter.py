@@ -74,9 +74,12 @@ class VllmHfRuntime:
     def freeze_identity(self, identity: Identity) -> Identity:
         from xconf.adapters.real.identity import freeze
 
+        options = dict(self.engine_options)
+        if _world_size() > 1:  # under a launcher: the baseline engine core gets its own process
+            options["in_process"] = False
         frozen, self._record = freeze(
             identity, default_model=self.default_model, cache_dir=self.model_cache,
-            engine_options=self.engine_options,
+            engine_options=options,
         )
         return frozen
 
@@ -96,12 +99,15 @@ class VllmHfRuntime:
         if path == "rollout.tensor_parallel_size":
             heads = _heads(spec)
             cores = os.cpu_count() or 1
+            world = _world_size()
             if any(h % int(value) for h in heads):
                 return _app(path, side, value, None, "unsupported", f"{heads} heads do not split over TP={value}")
             if self.device == "cpu" and int(value) > cores:
                 return _app(path, side, value, None, "unsupported", f"TP={value} needs {value} cores, {cores} here")
-            how = "in-process engine" if value == 1 else "multiprocess executor, one worker per rank"
-            return _app(path, side, value, value, "applied", how)
+            if world > 1 and int(value) not in (1, world):
+                return _app(path, side, value, None, "unsupported",
+                            f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})")
+            return _app(path, side, value, value, "applied", _rollout_executor(int(value), world)[2])
         if path == "rollout.context_parallel_size":
             if value == 1:
                 return _app(path, side, value, 1, "applied", "no context parallelism")
@@ -132,9 +138,14 @@ class VllmHfRuntime:
             )
             if side == "rollout":
                 tp = int(knobs["rollout.tensor_parallel_size"])
+                world, rank = _world_size(), dict(_process_group())["rank"]
+                executor, in_process, _ = _rollout_executor(tp, world)
+                backend = {"external_launcher": "vllm-external-launcher"}.get(
+                    executor, "vllm-in-process" if in_process and tp == 1 else
+                    ("vllm-multiproc" if tp > 1 else "vllm-engine-subprocess"))
                 context: tuple[tuple[str, Any], ...] = (
-                    ("backend", "vllm-multiproc" if tp > 1 else "vllm-in-process"),
-                    ("rank", 0), ("world_size", tp),
+                    ("backend", backend), ("rank", rank if executor == "external_launcher" else 0),
+                    ("world_size", tp), ("launcher_world_size", world),
                 )
                 dtype = knobs["rollout.dtype"]
             else:
@@ -160,14 +171,20 @@ class VllmHfRuntime:
             from xconf.adapters.vllm.engine import RolloutEngineConfig
 
             native = case.operator("rollout").runtime_native
+            tp = int(values["rollout.tensor_parallel_size"] or 1)
+            executor, in_process, _ = _rollout_executor(tp, _world_size())
+            options = {**self.engine_options, "in_process": in_process and self.engine_options["in_process"]}
+            if executor == "external_launcher":
+                options["in_process"] = True
             cfg = RolloutEngineConfig(
                 model_path=path,
                 dtype=binding.dtype,
                 enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
                 enforce_eager=bool(values["rollout.enforce_eager"]),
-                tensor_parallel_size=int(values["rollout.tensor_parallel_size"] or 1),
+                tensor_parallel_size=tp,
                 logprobs_mode="raw_logprobs" if native else "raw_logits",
-                **self.engine_options,
+                executor=executor,
+                **options,
             )
             return VllmRolloutSide(cfg)
         from xconf.adapters.hf.model import TrainingScorerConfig
@@ -198,6 +215,21 @@ class VllmHfRuntime:
 
     def close(self) -> None:
         return None
+
+
+def _world_size() -> int:
+    return int(dict(_process_group())["world_size"])
+
+
+def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
+    """(executor, engine core in-process?, evidence) for a rollout TP inside a launcher world."""
+    if world > 1 and tp == world:
+        return "external_launcher", True, f"vLLM external_launcher: one TP rank per launcher rank ({world})"
+    if world > 1:
+        return "auto", False, f"engine core in its own process on each of the {world} launcher ranks"
+    if tp == 1:
+        return "auto", True, "in-process engine"
+    return "auto", True, "multiprocess executor, one worker per TP rank"
 
 
 def _heads(record: ModelRecord) -> tuple[int, int]:

@@ -44,6 +44,9 @@ class RolloutEngineConfig:
     # raw_logprobs: the engine's native selected logprob. raw_logits: full-vocabulary logits
     # rows are returned so that an injected selected-logprob operator can be applied.
     logprobs_mode: str = "raw_logprobs"
+    # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
+    # process is one TP rank of a world a launcher (torchrun) already initialised.
+    executor: str = "auto"
 
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
@@ -58,6 +61,15 @@ class RolloutEngineConfig:
         if self.logprobs_mode not in ("raw_logprobs", "raw_logits"):
             raise UnsupportedKnobError(
                 "unsupported_value", f"logprobs_mode {self.logprobs_mode!r}", "logp.backend"
+            )
+        if self.executor not in ("auto", "external_launcher"):
+            raise UnsupportedKnobError(
+                "unsupported_value", f"executor {self.executor!r}", "rollout.tensor_parallel_size"
+            )
+        if self.executor == "external_launcher" and not self.in_process:
+            raise UnsupportedKnobError(
+                "unsupported_value", "external_launcher needs the engine core in-process",
+                "rollout.tensor_parallel_size",
             )
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
@@ -90,9 +102,15 @@ def _worker_state(worker: Any) -> dict[str, Any]:
 
 
 def _configure_env(cfg: RolloutEngineConfig) -> None:
+    try:  # vLLM caches its environment once an engine core starts; this engine needs fresh reads
+        import vllm.envs as vllm_envs
+
+        vllm_envs.disable_envs_cache()
+    except (ImportError, AttributeError, AssertionError):
+        pass
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc readback
-    if cfg.tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    if cfg.tensor_parallel_size > 1 and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
         try:
             from vllm.platforms import current_platform
 
@@ -135,11 +153,18 @@ class VllmRolloutEngine:
         )
         if cfg.logprobs_mode == "raw_logits":
             kwargs["max_logprobs"] = -1
-        if cfg.tensor_parallel_size > 1:
+        if cfg.executor == "external_launcher":
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        elif cfg.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "mp"
         self._closed = True
         for other in list(_LIVE):
             other.close()
+        import torch.distributed as dist
+
+        # An in-process engine core tears torch.distributed down on shutdown; when a launcher
+        # owns the process group, this engine must leave it alone (see close()).
+        self._owns_process_group = not (dist.is_available() and dist.is_initialized())
         self.llm: Any = LLM(**kwargs)
         self._closed = False
         _LIVE.add(self)
@@ -212,12 +237,23 @@ class VllmRolloutEngine:
         self._closed = True
         _LIVE.discard(self)
         llm = self.llm
+        del self.llm
+        if self.cfg.in_process and not self._owns_process_group:
+            # Leave the launcher's process group intact: no EngineCore.shutdown().
+            finalizer = getattr(llm.llm_engine.engine_core, "_finalizer", None)
+            if finalizer is not None:
+                finalizer.detach()
+            del llm
+            gc.collect()
+            return
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:
             pass
-        del self.llm
         del llm
+        if not self.cfg.in_process:
+            gc.collect()
+            return
         try:
             from vllm.distributed.parallel_state import (
                 destroy_distributed_environment,

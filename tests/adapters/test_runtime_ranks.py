@@ -1,0 +1,88 @@
+"""S2 under a 2-rank world (what the torchrun launcher gives a case): vLLM TP=2 through the
+external launcher on the same ranks as an FSDP2 training scorer; rank 0 publishes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.conftest import needs_vllm
+
+pytestmark = [needs_vllm, pytest.mark.slow]
+WORLD = 2
+TIMEOUT_S = 420
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from tests.adapters.test_runtime_s2 import _spec
+    from xconf.adapters.real.adapter import VllmHfRuntime
+    from xconf.cli.session import prepare, run_prepared
+    from xconf.schema import Intervention
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD), XCONF_MODEL_CACHE=model_cache,
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=300))
+    try:
+        spec = _spec(["rollout.tensor_parallel_size=2", "training.sharding=fsdp"])
+        spec = replace(spec, interventions=(Intervention("training.attention_backend", ("eager",)),))
+        prepared = prepare(spec, output_root=out_dir, allow_smoke_operators=False, device="cpu")
+        summary = run_prepared(prepared, VllmHfRuntime(model_cache=model_cache), resume=False)
+        rows = [
+            {"label": r.label, "result": r.result, "max": r.max_abs_diff, "case": r.case_id,
+             "attempt": r.attempt_id, "reason": r.reason}
+            for r in summary.records
+        ]
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "dir": summary.experiment_dir}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tp2_rollout_and_fsdp_training_on_two_ranks(model_record: Any, model_cache: str, tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    started = time.perf_counter()
+    ctx = mp.start_processes(
+        _rank_main, args=(_free_port(), model_cache, str(tmp_path)), nprocs=WORLD,
+        join=False, start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"ranks did not finish within {TIMEOUT_S} s")
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    assert ranks[0]["rows"] == ranks[1]["rows"]  # every rank reports rank 0's records
+    rows = {r["label"]: r for r in ranks[0]["rows"]}
+    assert rows["baseline"]["result"] == "pass", rows["baseline"]
+    assert rows["training.attention_backend=eager"]["result"] == "pass"
+    base = rows["baseline"]
+    actual = json.loads(
+        (Path(ranks[0]["dir"]) / "cases" / base["case"] / base["attempt"] / "actual.json").read_text()
+    )
+    knobs = {(k["side"], k["path"]): k for side in actual["sides"].values() for k in side}
+    assert knobs[("rollout", "rollout.tensor_parallel_size")]["actual"] == 2
+    assert knobs[("training", "training.sharding")]["actual"] == "fsdp"
+    assert all(k["status"] == "applied" for k in knobs.values()), knobs
+    print(f"2-rank S2 (TP=2 external launcher + FSDP2): {time.perf_counter() - started:.1f} s")
