@@ -1,0 +1,1 @@
+"""xconf (report branch placeholder; main's package root replaces this on merge)."""

@@ -1,0 +1,77 @@
+"""A rich terminal summary that points at the written report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xconf.report.model import RESULTS, ReportData
+from xconf.report.stats import percent, sci
+
+STYLES = {
+    "pass": "bold green",
+    "fail": "bold red",
+    "zero_active_tokens": "bold yellow",
+    "invalid_artifact": "bold magenta",
+    "invalid_identity": "bold magenta",
+    "error": "bold white on red",
+    "not_run": "dim",
+}
+MAX_ROWS = 12
+
+
+def render_terminal_summary(
+    data: ReportData, console: Any, report_path: str | Path | None = None
+) -> None:
+    """Print the verdict table (baseline, then the worst cases) and where the report is."""
+    from rich.table import Table
+    from rich.text import Text
+
+    counts = Text()
+    for result in RESULTS:
+        if data.counts.get(result):
+            counts.append(f" {data.counts[result]} {result} ", style=STYLES[result])
+            counts.append(" ")
+    console.print(
+        Text(f"xconf · {data.experiment_id} · {len(data.cases)} cases ", style="bold"), counts
+    )
+    table = Table(show_edge=False, header_style="bold dim", pad_edge=False)
+    for name, justify in (
+        ("case", "left"),
+        ("changed", "left"),
+        ("result", "left"),
+        ("active", "right"),
+        ("mism.", "right"),
+        ("ratio", "right"),
+        ("max |diff|", "right"),
+        ("approx KL", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for case in data.cases[:MAX_ROWS]:
+        table.add_row(
+            case.case_id,
+            "baseline" if case.is_baseline else case.label,
+            Text(case.result, style=STYLES.get(case.result, "")),
+            "—" if case.active_tokens is None else str(case.active_tokens),
+            "—" if case.mismatches is None else str(case.mismatches),
+            percent(case.mismatch_ratio),
+            sci(case.diff.max),
+            sci(case.approx_kl),
+        )
+    console.print(table)
+    if len(data.cases) > MAX_ROWS:
+        console.print(Text(f"… {len(data.cases) - MAX_ROWS} more cases in the report", style="dim"))
+    if data.knob_ranking:
+        top = data.knob_ranking[0]
+        console.print(
+            Text("most drift: ", style="dim"),
+            Text(top.knob, style="bold"),
+            Text(f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}"),
+        )
+    unverified = sum(1 for c in data.cases for a in c.attempts if not a.seal_verified)
+    if unverified:
+        console.print(
+            Text(f"{unverified} attempt(s) without a verified seal were ignored", style="yellow")
+        )
+    if report_path is not None:
+        console.print(Text("report: ", style="dim"), Text(str(report_path), style="bold underline"))
