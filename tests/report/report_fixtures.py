@@ -270,7 +270,9 @@ def write_attempt(
         },
     )
     if mode == "tampered":  # edited after sealing: claims a pass it never earned
-        comparison.update(result="pass", mismatches=0, mismatch_ratio=0.0)
+        comparison.update(
+            result="pass", mismatches=0, mismatch_ratio=0.0, reason="edited after sealing"
+        )
         _dump(directory / "comparison.json", comparison)
     return directory
 

@@ -64,9 +64,11 @@ def render_terminal_summary(
     if data.knob_ranking:
         top = data.knob_ranking[0]
         console.print(
-            Text("most drift: ", style="dim"),
-            Text(top.knob, style="bold"),
-            Text(f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}"),
+            Text.assemble(
+                ("most drift: ", "dim"),
+                (top.knob, "bold"),
+                f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}",
+            )
         )
     unverified = sum(1 for c in data.cases for a in c.attempts if not a.seal_verified)
     if unverified:
@@ -74,4 +76,4 @@ def render_terminal_summary(
             Text(f"{unverified} attempt(s) without a verified seal were ignored", style="yellow")
         )
     if report_path is not None:
-        console.print(Text("report: ", style="dim"), Text(str(report_path), style="bold underline"))
+        console.print(Text.assemble(("report: ", "dim"), (str(report_path), "bold underline")))

@@ -1,0 +1,71 @@
+"""The HTML page: self-contained, ordered, marked, and rendered cleanly by Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from chromium_harness import open_page
+from report_fixtures import case_id_for
+
+from xconf.report import write_report
+
+OFFSET = case_id_for({"logp.backend": "smoke_only.logp_offset"})
+
+
+@pytest.fixture
+def html(run_dir: Path, tmp_path: Path) -> Path:
+    written = write_report(run_dir, tmp_path / "report.html")
+    assert written.format == "html" and written.path.is_file()
+    return written.path
+
+
+def test_page_is_self_contained(html: Path) -> None:
+    text = html.read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in text and "default-src 'none'" in text
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|#)""", text)
+    assert "http://" not in text and "https://" not in text
+    assert text.count('src="data:image/png;base64,') >= 2
+
+
+def test_failing_case_leads_the_failures_with_its_threshold_line(html: Path) -> None:
+    text = html.read_text(encoding="utf-8")
+    rows = re.findall(r'<tr class="row-(\w+)[^"]*" data-case-id="([^"]+)"', text)
+    assert rows[0][0] == "pass"  # the baseline, pinned first
+    assert rows[1] == ("fail", OFFSET)
+    figure = re.search(
+        rf'<figure class="case-plot" data-plot="histogram\+profile" data-case-id="{OFFSET}" '
+        r'data-threshold-line="([^"]+)"',
+        text,
+    )
+    assert figure is not None and float(figure.group(1)) == 1e-5
+    articles = re.findall(r'<article class="card case res-(\w+)" id="case-([^"]+)"', text)
+    assert articles[1] == ("fail", OFFSET)
+
+
+def test_report_renders_in_headless_chromium(html: Path, tmp_path: Path) -> None:
+    page = open_page(html, tmp_path, screenshot=tmp_path / "report.png")
+    assert page.body_attributes.get("data-report-ready") == "1", page.body_attributes
+    loaded, total = page.body_attributes["data-images-loaded"].split("/")
+    assert int(total) >= 3 and loaded == total
+    assert page.body_attributes["data-console-errors"] == "0"
+    assert page.console == (), page.console
+    assert page.screenshot is not None and page.screenshot.stat().st_size > 50_000
+    keep = os.environ.get("XCONF_REPORT_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(page.screenshot, Path(keep) / "report.png")
+
+
+def test_the_console_check_would_catch_an_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        "<html><head><script>window.addEventListener('load', function () {"
+        " document.body.setAttribute('data-report-ready', '1'); missingFunction(); });"
+        "</script></head><body><img src='data:image/png;base64,AAAA'></body></html>"
+    )
+    page = open_page(bad, tmp_path)
+    assert any("missingFunction" in line for line in page.console)
