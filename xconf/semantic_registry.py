@@ -67,6 +67,7 @@ class OperatorDescriptor:
     fallback_policy: Literal["never"] = "never"
     is_smoke_only: bool = False
     runtime_native: bool = False  # True: the runtime computes it on its own path
+    factory_takes_side: bool = False  # True: the factory gets side= (rollout or training)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend_id", normalize_backend_id(self.backend_id))
@@ -83,6 +84,7 @@ class OperatorDescriptor:
             "build_fingerprint": self.build_fingerprint,
             "alignment_properties": sorted(self.alignment_properties),
             "is_smoke_only": self.is_smoke_only,
+            "factory_takes_side": self.factory_takes_side,
         }
         blob = json.dumps(record, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
@@ -203,7 +205,7 @@ class OperatorSession:
     def __init__(self, catalog: SemanticOperatorCatalog, policy: ResolutionPolicy) -> None:
         self._catalog = catalog
         self._policy = policy
-        self._instances: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Any] = {}
+        self._instances: dict[tuple[str, str, str, tuple[tuple[str, Any], ...]], Any] = {}
         self._provenance: list[dict[str, Any]] = []
 
     def instantiate(self, binding: OperatorBinding) -> Any:
@@ -222,11 +224,14 @@ class OperatorSession:
                 f"smoke-only backend '{binding.backend_id}' needs --allow-smoke-operators",
                 path,
             )
-        key = (binding.semantic_operation, binding.backend_id, binding.options)
+        key = (binding.semantic_operation, binding.backend_id, binding.side, binding.options)
         if key not in self._instances:
             instance = None
             if not descriptor.runtime_native:
-                instance = load_object(descriptor.factory)(**dict(binding.options))
+                options = dict(binding.options)
+                if descriptor.factory_takes_side:
+                    options["side"] = binding.side
+                instance = load_object(descriptor.factory)(**options)
             self._instances[key] = instance
         self._provenance.append({**binding.to_dict(), "version": descriptor.version})
         return self._instances[key]

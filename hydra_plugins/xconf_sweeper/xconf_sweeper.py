@@ -1,0 +1,77 @@
+"""The xconf sweeper (`hydra/sweeper=xconf`): one-at-a-time or pairwise cases, never a product.
+
+Heavy imports (torch, xconf's runner) are deferred to ``sweep`` so plugin discovery stays fast.
+No ``from __future__ import annotations`` here: Hydra's plugin scan executes this module outside
+``sys.modules``, where dataclasses cannot resolve string annotations.
+"""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class XconfSweeperConf:
+    _target_: str = "hydra_plugins.xconf_sweeper.xconf_sweeper.XconfSweeper"
+    # Jobs handed to the launcher at once; None launches every case in one batch.
+    max_batch_size: Optional[int] = None  # noqa: UP045 (OmegaConf 2.3 needs typing.Optional)
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="xconf", node=XconfSweeperConf, provider="xconf"
+)
+
+
+class XconfSweeper(Sweeper):
+    def __init__(self, max_batch_size: int | None = None) -> None:
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from xconf.sweep_launch import run_sweep
+
+        if self.config is None or self.launcher is None or self.hydra_context is None:
+            raise RuntimeError("XconfSweeper.sweep called before setup")
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(arguments)
+        config = self.config
+
+        def save_multirun() -> None:
+            sweep_dir = Path(config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(config, sweep_dir / "multirun.yaml")
+
+        return run_sweep(
+            overrides=overrides,
+            load_config=lambda shared: self.hydra_context.config_loader.load_sweep_config(  # type: ignore[union-attr]
+                self.config, list(shared)
+            ),
+            launcher=self.launcher,
+            max_batch_size=self.max_batch_size,
+            save_multirun=save_multirun,
+        )

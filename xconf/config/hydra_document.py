@@ -1,0 +1,68 @@
+"""From a Hydra-composed config to the strict experiment document, and CLI-only key checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xconf.errors import ConfigError
+
+# Keys of the application itself, defined by conf/config.yaml.
+APP_KEYS = frozenset({"mode", "allow_smoke_operators", "output_root", "resume", "runtime"})
+KNOB_ROOTS = ("batch", "rollout", "training", "logp")
+# Values conf/config.yaml gives them; anything else must come from a command-line override.
+CLI_DEFAULTS: dict[str, Any] = {"mode": "run", "allow_smoke_operators": False}
+DEFAULT_RUNTIME = "cpu_smoke"
+
+
+def _override_keys(overrides: list[str]) -> set[str]:
+    keys = set()
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        keys.add(key)
+    return keys
+
+
+def reject_config_set_cli_keys(
+    cfg: DictConfig, overrides: list[str], runtime_choice: str | None
+) -> None:
+    """Execution mode, runtime and smoke authorization come only from the command line."""
+    from_cli = _override_keys(overrides)
+    for key, default in CLI_DEFAULTS.items():
+        if cfg.get(key) != default and key not in from_cli:
+            raise ConfigError(
+                "config.cli_only_key",
+                f"'{key}' belongs to the command line; a config file or experiment may not set it",
+                key,
+            )
+    if runtime_choice not in (None, DEFAULT_RUNTIME) and "runtime" not in from_cli:
+        raise ConfigError(
+            "config.cli_only_key",
+            "the runtime is chosen on the command line (runtime=NAME), not by an experiment",
+            "runtime",
+        )
+    if cfg.get("mode") not in ("plan", "run"):
+        raise ConfigError("config.invalid_value", "mode is plan or run", "mode")
+    if not isinstance(cfg.get("allow_smoke_operators"), bool):
+        raise ConfigError(
+            "config.wrong_type", "allow_smoke_operators is true or false", "allow_smoke_operators"
+        )
+
+
+def experiment_document(cfg: DictConfig) -> dict[str, Any]:
+    """The v1 experiment shape: top-level knob roots become the baseline."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(container, dict):
+        raise ConfigError("config.wrong_type", "the composed config is not a mapping", "<root>")
+    if "experiment_id" not in container:
+        raise ConfigError(
+            "config.no_experiment",
+            "no experiment selected; run e.g. `xconf-run +experiment=cpu_smoke`",
+            "experiment",
+        )
+    document: dict[str, Any] = {
+        str(k): v for k, v in container.items() if k not in APP_KEYS and k not in KNOB_ROOTS
+    }
+    document["baseline"] = {k: container[k] for k in KNOB_ROOTS if k in container}
+    return document

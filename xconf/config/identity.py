@@ -1,0 +1,127 @@
+"""Strict parsing of the frozen scoring identity."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from xconf.errors import ConfigError
+from xconf.schema import Identity
+
+TOKEN_FIELDS = ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
+MASK_FIELDS = frozenset({"active_mask", "attention_mask"})
+STRING_FIELDS = (
+    "checkpoint_id",
+    "model_version",
+    "tokenizer_id",
+    "tokenizer_policy",
+    "pre_update_state",
+)
+JSON_FIELDS = ("cache_metadata", "packing_metadata", "recipe")
+IDENTITY_KEYS = frozenset((*TOKEN_FIELDS, *STRING_FIELDS, *JSON_FIELDS, "scoring_mode"))
+MAX_TOKENS = 1_000_000
+
+
+def _rows(node: Any, field: str) -> tuple[tuple[int, ...], ...]:
+    path = f"identity.{field}"
+    if not isinstance(node, list | tuple):
+        raise ConfigError("config.wrong_type", "expected a list of rows", path)
+    rows = []
+    total = 0
+    for i, row in enumerate(node):
+        if not isinstance(row, list | tuple):
+            raise ConfigError("config.wrong_type", "each row must be a list", f"{path}[{i}]")
+        total += len(row)
+        if total > MAX_TOKENS:
+            raise ConfigError("config.too_large", f"more than {MAX_TOKENS} tokens", path)
+        values = []
+        for j, value in enumerate(row):
+            if isinstance(value, bool):
+                value = int(value)
+            if not isinstance(value, int):
+                raise ConfigError(
+                    "config.wrong_type", f"expected an integer, got {value!r}", f"{path}[{i}][{j}]"
+                )
+            if field in MASK_FIELDS and value not in (0, 1):
+                raise ConfigError(
+                    "config.invalid_value", "mask entries are 0 or 1", f"{path}[{i}][{j}]"
+                )
+            if field != "position_ids" and field not in MASK_FIELDS and value < 0:
+                raise ConfigError(
+                    "config.invalid_value", "token ids are non-negative", f"{path}[{i}][{j}]"
+                )
+            values.append(value)
+        rows.append(tuple(values))
+    return tuple(rows)
+
+
+def _json_field(node: Any, field: str) -> str:
+    if node is None:
+        node = {}
+    if not isinstance(node, Mapping):
+        raise ConfigError("config.wrong_type", "expected a mapping", f"identity.{field}")
+    try:
+        return json.dumps(node, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("config.wrong_type", str(exc), f"identity.{field}") from exc
+
+
+def parse_identity(node: Any) -> Identity:
+    if not isinstance(node, Mapping):
+        raise ConfigError("config.wrong_type", "identity must be a mapping", "identity")
+    for key in node:
+        if key not in IDENTITY_KEYS:
+            raise ConfigError(
+                "config.unknown_key", f"unknown identity key '{key}'", f"identity.{key}"
+            )
+    strings = {}
+    for field in STRING_FIELDS:
+        value = node.get(field)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(
+                "config.missing_key", "a non-empty string is required", f"identity.{field}"
+            )
+        strings[field] = value
+    recipe = _json_field(node.get("recipe"), "recipe")
+    rows = {field: _rows(node.get(field, []), field) for field in TOKEN_FIELDS}
+    if recipe == "{}":
+        _check_shapes(rows)
+    mode = node.get("scoring_mode", "decode")
+    if mode not in ("decode", "prefill"):
+        raise ConfigError(
+            "config.invalid_value", "scoring_mode is decode or prefill", "identity.scoring_mode"
+        )
+    return Identity(
+        checkpoint_id=strings["checkpoint_id"],
+        model_version=strings["model_version"],
+        tokenizer_id=strings["tokenizer_id"],
+        tokenizer_policy=strings["tokenizer_policy"],
+        pre_update_state=strings["pre_update_state"],
+        token_ids=rows["token_ids"],
+        selected_token_ids=rows["selected_token_ids"],
+        active_mask=rows["active_mask"],
+        attention_mask=rows["attention_mask"],
+        position_ids=rows["position_ids"],
+        cache_metadata=_json_field(node.get("cache_metadata"), "cache_metadata"),
+        packing_metadata=_json_field(node.get("packing_metadata"), "packing_metadata"),
+        scoring_mode=mode,
+        recipe=recipe,
+    )
+
+
+def _check_shapes(rows: Mapping[str, tuple[tuple[int, ...], ...]]) -> None:
+    """Every token-level field must have the same row count and row lengths."""
+    reference = rows["token_ids"]
+    if not reference:
+        raise ConfigError(
+            "config.missing_key", "identity needs at least one sample", "identity.token_ids"
+        )
+    shape = [len(r) for r in reference]
+    for field in TOKEN_FIELDS[1:]:
+        if [len(r) for r in rows[field]] != shape:
+            raise ConfigError(
+                "config.identity_shape",
+                f"{field} must have the same shape as token_ids ({len(shape)} rows)",
+                f"identity.{field}",
+            )

@@ -1,0 +1,286 @@
+"""Strict loading of an experiment document (the seed's v1 JSON shape) into an ExperimentSpec.
+
+Structure is checked here (unknown keys, forbidden keys, types of containers, identity
+shape); knob semantics (allowlist, values, aliases) are checked by the planner, which
+reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xconf.config.identity import parse_identity
+from xconf.errors import ConfigError
+from xconf.knobs import flatten_knobs
+from xconf.schema import (
+    EXPERIMENT_SCHEMA_V1,
+    ExperimentSpec,
+    Intervention,
+    OperatorChoice,
+    OperatorMapping,
+    Scenario,
+    is_safe_id,
+)
+
+THRESHOLD_KEYS = frozenset({"threshold", "fixed_threshold", "tolerance", "atol", "rtol"})
+# Execution mode, runtime choice and authorization belong to the command line.
+CLI_ONLY_KEYS = frozenset(
+    {"execution", "mode", "plan_only", "expected_status", "allow_smoke_operators", "runtime"}
+)
+TOP_LEVEL_KEYS = frozenset(
+    {
+        "schema_version",
+        "experiment_id",
+        "scenario_id",
+        "contract_source",
+        "contract_version",
+        "strategy",
+        "strict_fallback",
+        "identity",
+        "baseline",
+        "interventions",
+        "pairwise_paths",
+        "operators",
+        "scenario",
+    }
+)
+SCENARIO_REQUIRED = ("level", "device")
+SIDES = ("rollout", "training")
+
+
+def reject_threshold_keys(node: Any, path: str = "") -> None:
+    """A threshold can only come from the numerical contract: refuse it anywhere."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            child = f"{path}.{key}" if path else str(key)
+            if str(key).strip().lower() in THRESHOLD_KEYS:
+                raise ConfigError(
+                    "config.threshold_forbidden",
+                    "thresholds come only from the numerical contract shipped with xconf",
+                    child,
+                )
+            reject_threshold_keys(value, child)
+    elif isinstance(node, list | tuple):
+        for i, item in enumerate(node):
+            reject_threshold_keys(item, f"{path}[{i}]")
+    elif isinstance(node, str) and "=" in node:
+        # Override strings such as "training.atol=1e-3" hidden inside values.
+        key = node.split("=", 1)[0].rsplit(".", 1)[-1].strip().lower().lstrip("+~")
+        if key in THRESHOLD_KEYS:
+            raise ConfigError(
+                "config.threshold_forbidden",
+                "thresholds come only from the numerical contract shipped with xconf",
+                path,
+            )
+
+
+def reject_non_finite(node: Any, path: str = "") -> None:
+    if isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError("config.non_finite", f"non-finite number {node!r}", path or "<root>")
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            reject_non_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list | tuple):
+        for i, item in enumerate(node):
+            reject_non_finite(item, f"{path}[{i}]")
+
+
+def _require_mapping(node: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(node, Mapping):
+        raise ConfigError(
+            "config.wrong_type", f"expected a mapping, got {type(node).__name__}", path
+        )
+    for key in node:
+        if not isinstance(key, str):
+            raise ConfigError("config.wrong_type", f"keys must be strings, got {key!r}", path)
+    return node
+
+
+def _require_str(node: Any, path: str) -> str:
+    if not isinstance(node, str) or not node.strip():
+        raise ConfigError("config.wrong_type", f"expected a non-empty string, got {node!r}", path)
+    return node
+
+
+def _check_keys(node: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
+    for key in node:
+        child = f"{path}.{key}" if path else key
+        if key in CLI_ONLY_KEYS:
+            raise ConfigError(
+                "config.cli_only_key",
+                f"'{key}' belongs to the command line; a config file may not set it",
+                child,
+            )
+        if key not in allowed:
+            raise ConfigError("config.unknown_key", f"unknown key '{key}'", child)
+
+
+def _parse_scenario(node: Any) -> Scenario:
+    scenario = _require_mapping(node, "scenario")
+    for key in scenario:
+        if key in CLI_ONLY_KEYS:
+            raise ConfigError(
+                "config.cli_only_key",
+                f"'{key}' belongs to the command line, not to scenario metadata",
+                f"scenario.{key}",
+            )
+    for key in SCENARIO_REQUIRED:
+        if key not in scenario:
+            raise ConfigError("config.missing_key", f"scenario needs '{key}'", f"scenario.{key}")
+    extra = []
+    for key in sorted(k for k in scenario if k not in SCENARIO_REQUIRED):
+        value = scenario[key]
+        if not isinstance(value, str | int | float | bool) and value is not None:
+            raise ConfigError(
+                "config.wrong_type", "scenario fields are descriptive scalars", f"scenario.{key}"
+            )
+        extra.append((key, value))
+    return Scenario(
+        level=_require_str(scenario["level"], "scenario.level"),
+        device=_require_str(scenario["device"], "scenario.device"),
+        fields=tuple(extra),
+    )
+
+
+def _parse_operator_choice(node: Any, path: str) -> OperatorChoice:
+    if isinstance(node, str):
+        return OperatorChoice(_require_str(node, path))
+    choice = _require_mapping(node, path)
+    _check_keys(choice, frozenset({"backend", "options"}), path)
+    options = _require_mapping(choice.get("options") or {}, f"{path}.options")
+    return OperatorChoice(
+        backend=_require_str(choice.get("backend"), f"{path}.backend"),
+        options=tuple(sorted(options.items())),
+    )
+
+
+def _parse_operators(node: Any) -> OperatorMapping | None:
+    if node is None:
+        return None
+    operators = _require_mapping(node, "operators")
+    _check_keys(operators, frozenset({"selected_logprob"}), "operators")
+    if "selected_logprob" not in operators or operators["selected_logprob"] is None:
+        return None
+    mapping = _require_mapping(operators["selected_logprob"], "operators.selected_logprob")
+    _check_keys(mapping, frozenset(SIDES), "operators.selected_logprob")
+    sides = {
+        side: _parse_operator_choice(mapping[side], f"operators.selected_logprob.{side}")
+        for side in SIDES
+        if mapping.get(side) is not None
+    }
+    return OperatorMapping(**sides) if sides else None
+
+
+def _parse_interventions(node: Any) -> tuple[Intervention, ...]:
+    if node is None:
+        return ()
+    if not isinstance(node, list | tuple):
+        raise ConfigError("config.wrong_type", "interventions must be a list", "interventions")
+    parsed = []
+    for i, item in enumerate(node):
+        path = f"interventions[{i}]"
+        entry = _require_mapping(item, path)
+        _check_keys(entry, frozenset({"path", "values"}), path)
+        if "path" not in entry or "values" not in entry:
+            raise ConfigError("config.missing_key", "an intervention needs path and values", path)
+        values = entry["values"]
+        if not isinstance(values, list | tuple):
+            raise ConfigError("config.wrong_type", "values must be a list", f"{path}.values")
+        parsed.append(Intervention(_require_str(entry["path"], f"{path}.path"), tuple(values)))
+    return tuple(parsed)
+
+
+def _parse_pairs(node: Any) -> tuple[tuple[str, str], ...]:
+    if node is None:
+        return ()
+    if not isinstance(node, list | tuple):
+        raise ConfigError("config.wrong_type", "pairwise_paths must be a list", "pairwise_paths")
+    pairs = []
+    for i, pair in enumerate(node):
+        path = f"pairwise_paths[{i}]"
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ConfigError("plan.invalid_pair", "each pair must list exactly two paths", path)
+        pairs.append((_require_str(pair[0], f"{path}[0]"), _require_str(pair[1], f"{path}[1]")))
+    return tuple(pairs)
+
+
+def parse_experiment(document: Any, *, require_schema_version: bool = True) -> ExperimentSpec:
+    """Strictly parse an experiment document; raise ConfigError naming the bad path."""
+    root = _require_mapping(document, "<root>")
+    reject_threshold_keys(root)
+    reject_non_finite(root)
+    _check_keys(root, TOP_LEVEL_KEYS, "")
+    version = root.get("schema_version", None if require_schema_version else EXPERIMENT_SCHEMA_V1)
+    if version != EXPERIMENT_SCHEMA_V1:
+        raise ConfigError(
+            "config.schema_version",
+            f"expected schema_version '{EXPERIMENT_SCHEMA_V1}', got {version!r}",
+            "schema_version",
+        )
+    for key in ("experiment_id", "identity", "baseline"):
+        if root.get(key) is None:
+            raise ConfigError("config.missing_key", f"'{key}' is required", key)
+    experiment_id = _require_str(root["experiment_id"], "experiment_id")
+    if not is_safe_id(experiment_id):
+        raise ConfigError(
+            "config.unsafe_id",
+            "experiment ids use letters, digits, '.', '_' and '-' (no path separators, no '..')",
+            "experiment_id",
+        )
+    strategy = root.get("strategy", "one_at_a_time")
+    if strategy not in ("one_at_a_time", "pairwise"):
+        raise ConfigError(
+            "config.invalid_value",
+            f"unknown strategy {strategy!r}; use one_at_a_time or pairwise",
+            "strategy",
+        )
+    strict = root.get("strict_fallback", True)
+    if not isinstance(strict, bool):
+        raise ConfigError(
+            "config.wrong_type", "strict_fallback must be a boolean", "strict_fallback"
+        )
+    baseline = _require_mapping(root["baseline"], "baseline")
+    return ExperimentSpec(
+        experiment_id=experiment_id,
+        scenario_id=_require_str(root.get("scenario_id", experiment_id), "scenario_id"),
+        contract_source=_require_str(root.get("contract_source", "xconf"), "contract_source"),
+        contract_version=_require_str(root.get("contract_version", "current"), "contract_version"),
+        strategy=strategy,
+        strict_fallback=strict,
+        identity=parse_identity(root["identity"]),
+        baseline=tuple(sorted(flatten_knobs(baseline).items())),  # type: ignore[arg-type]
+        interventions=_parse_interventions(root.get("interventions")),
+        pairwise_paths=_parse_pairs(root.get("pairwise_paths")),
+        operators=_parse_operators(root.get("operators")),
+        scenario=_parse_scenario(root.get("scenario", {"level": "S0", "device": "cpu"})),
+    )
+
+
+def load_experiment_file(path: str | Path) -> ExperimentSpec:
+    """Load a v1 JSON experiment strictly (duplicate keys and NaN literals are refused)."""
+    file = Path(path)
+    try:
+        text = file.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("config.unreadable", f"cannot read {file}: {exc}", str(file)) from exc
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ConfigError("config.duplicate_key", f"key '{key}' appears twice", key)
+            seen[key] = value
+        return seen
+
+    def no_constants(name: str) -> Any:
+        raise ConfigError("config.non_finite", f"JSON constant {name} is not allowed", str(file))
+
+    try:
+        document = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("config.invalid_json", str(exc), str(file)) from exc
+    return parse_experiment(document)

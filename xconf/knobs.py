@@ -1,0 +1,215 @@
+"""The knob allowlist: each knob's lifecycle, value type and aliases, and normalization."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+from xconf.semantic_registry import normalize_backend_id
+
+KnobValue = bool | int | str
+Lifecycle = Literal["request", "engine_construction", "process"]
+ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
+
+# Lifecycles ordered from cheapest to most expensive to change.
+LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
+
+DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "float32": "float32",
+        "fp32": "float32",
+        "f32": "float32",
+        "float": "float32",
+        "torch.float32": "float32",
+        "bfloat16": "bfloat16",
+        "bf16": "bfloat16",
+        "torch.bfloat16": "bfloat16",
+        "float16": "float16",
+        "fp16": "float16",
+        "f16": "float16",
+        "half": "float16",
+        "torch.float16": "float16",
+    }
+)
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One allow-listed knob. ``choices`` maps every accepted spelling to its canonical value."""
+
+    path: str
+    lifecycle: Lifecycle
+    kind: ValueKind
+    side: Literal["rollout", "training", "both"]
+    meaning: str
+    choices: Mapping[str, str] | None = None
+    critical: bool = True  # an unobservable critical knob is refused under strict execution
+
+
+def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(mapping)
+
+
+KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
+    {
+        spec.path: spec
+        for spec in (
+            KnobSpec("batch.size", "request", "positive_int", "both", "samples per request"),
+            KnobSpec(
+                "rollout.tensor_parallel_size",
+                "process",
+                "positive_int",
+                "rollout",
+                "rollout tensor-parallel world",
+            ),
+            KnobSpec(
+                "rollout.context_parallel_size",
+                "process",
+                "positive_int",
+                "rollout",
+                "rollout context-parallel world",
+            ),
+            KnobSpec(
+                "rollout.dtype",
+                "engine_construction",
+                "dtype",
+                "rollout",
+                "rollout numerical dtype",
+            ),
+            KnobSpec(
+                "rollout.enable_prefix_caching",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "engine prefix-cache policy",
+            ),
+            KnobSpec(
+                "rollout.enforce_eager",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "eager versus optimized/graph path",
+            ),
+            KnobSpec(
+                "training.attention_backend",
+                "engine_construction",
+                "choice",
+                "training",
+                "training scorer attention implementation",
+                _choices(
+                    {
+                        "eager": "eager",
+                        "sdpa": "sdpa",
+                        "flash_attention_2": "flash_attention_2",
+                        "flash_attention": "flash_attention_2",
+                        "fa2": "flash_attention_2",
+                        "native": "native",
+                        "auto": "native",
+                        "default": "native",
+                    }
+                ),
+            ),
+            KnobSpec(
+                "training.compute_dtype",
+                "engine_construction",
+                "dtype",
+                "training",
+                "training scorer compute dtype",
+            ),
+            KnobSpec(
+                "training.sharding",
+                "process",
+                "choice",
+                "training",
+                "training topology",
+                _choices(
+                    {
+                        "unsharded": "unsharded",
+                        "none": "unsharded",
+                        "single": "unsharded",
+                        "fsdp": "fsdp",
+                        "fsdp2": "fsdp",
+                    }
+                ),
+            ),
+            KnobSpec(
+                "logp.backend",
+                "engine_construction",
+                "backend_id",
+                "both",
+                "selected-logprob backend on both sides",
+            ),
+        )
+    }
+)
+
+# Knobs that the framework derives and records; a config may never set them.
+DERIVED_KNOBS: frozenset[str] = frozenset(
+    {
+        "rollout.vocab_layout",
+        "rollout.vocab_shard_bounds",
+        "rollout.world_size",
+        "training.vocab_layout",
+        "training.world_size",
+        "training.tensor_parallel_size",
+        "world_size",
+    }
+)
+
+
+class KnobValueError(ValueError):
+    """A value that a knob cannot take; the message says why."""
+
+
+def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
+    """The canonical value of ``raw`` for ``spec``; raises KnobValueError otherwise."""
+    if spec.kind == "positive_int":
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+                raw = int(raw)
+            else:
+                raise KnobValueError(f"expected a positive integer, got {raw!r}")
+        if raw < 1:
+            raise KnobValueError(f"expected a positive integer, got {raw!r}")
+        if raw > 4096:
+            raise KnobValueError(f"{raw} is beyond any supported size (4096)")
+        return raw
+    if spec.kind == "bool":
+        if not isinstance(raw, bool):
+            raise KnobValueError(f"expected true or false, got {raw!r}")
+        return raw
+    if not isinstance(raw, str):
+        raise KnobValueError(f"expected a string, got {raw!r}")
+    cleaned = raw.strip().lower()
+    if spec.kind == "dtype":
+        if cleaned not in DTYPE_ALIASES:
+            raise KnobValueError(f"unsupported dtype {raw!r}; use float32, bfloat16 or float16")
+        return DTYPE_ALIASES[cleaned]
+    if spec.kind == "choice":
+        choices = spec.choices or {}
+        if cleaned not in choices:
+            allowed = ", ".join(sorted(set(choices.values())))
+            raise KnobValueError(f"unsupported value {raw!r}; use one of: {allowed}")
+        return choices[cleaned]
+    if not cleaned:
+        raise KnobValueError("expected a backend id, got an empty string")
+    return normalize_backend_id(cleaned)
+
+
+def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """``{"rollout": {"dtype": "bf16"}}`` -> ``{"rollout.dtype": "bf16"}``."""
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_knobs(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def side_dtype(knobs: Mapping[str, KnobValue], side: Literal["rollout", "training"]) -> str:
+    return str(knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"])

@@ -1,0 +1,236 @@
+"""Planning: knob normalization, one-at-a-time and pairwise expansion, the case cap, case ids.
+
+Planning never constructs an engine. Every problem is reported as a PlanIssue; a plan with
+issues raises PlanError carrying all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import product
+
+from xconf.contract.loader import NumericalContract, load_contract
+from xconf.errors import PlanError, PlanIssue
+from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue, KnobValueError, normalize_value
+from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec, canonical_digest
+
+MAX_CASES = 256  # fixed framework cap; not configurable
+
+
+def case_id_for(
+    knobs: dict[str, KnobValue], spec: ExperimentSpec, contract: NumericalContract
+) -> str:
+    """Stable: normalized requested values, identity, contract and scenario, nothing else."""
+    operators = None
+    if spec.operators is not None:
+        operators = {
+            side: None if choice is None else [choice.backend, [list(o) for o in choice.options]]
+            for side, choice in (
+                ("rollout", spec.operators.rollout),
+                ("training", spec.operators.training),
+            )
+        }
+    digest = canonical_digest(
+        {
+            "knobs": knobs,
+            "operators": operators,
+            "identity": spec.identity.digest(),
+            "contract": [contract.version, contract.sha256],
+            "scenario": [spec.scenario_id, spec.scenario.to_dict()],
+        }
+    )
+    return f"c-{digest[:16]}"
+
+
+class _Issues:
+    def __init__(self) -> None:
+        self.items: list[PlanIssue] = []
+
+    def add(self, code: str, path: str, message: str) -> None:
+        self.items.append(PlanIssue(code, path, message))
+
+
+def _check_path(path: str, where: str, issues: _Issues) -> bool:
+    if path in DERIVED_KNOBS:
+        issues.add("plan.derived_knob", where, f"'{path}' is derived and recorded, never set")
+        return False
+    if path not in KNOBS:
+        issues.add("plan.unsupported_path", where, f"'{path}' is not an allow-listed knob")
+        return False
+    return True
+
+
+def _normalize(path: str, raw: object, where: str, issues: _Issues) -> KnobValue | None:
+    spec = KNOBS[path]
+    try:
+        return normalize_value(spec, raw)
+    except KnobValueError as exc:
+        wrong_type = spec.kind in ("positive_int", "bool") and not isinstance(raw, int)
+        code = "plan.wrong_value_type" if wrong_type else "plan.unsupported_value"
+        issues.add(code, where, str(exc))
+        return None
+
+
+def _normalize_baseline(spec: ExperimentSpec, issues: _Issues) -> dict[str, KnobValue]:
+    baseline: dict[str, KnobValue] = {}
+    for path, raw in spec.baseline:
+        if not _check_path(path, f"baseline.{path}", issues):
+            continue
+        value = _normalize(path, raw, f"baseline.{path}", issues)
+        if value is not None:
+            baseline[path] = value
+    for path in KNOBS:
+        if path not in dict(spec.baseline):
+            issues.add(
+                "plan.missing_baseline_value",
+                f"baseline.{path}",
+                f"the baseline must declare '{path}'",
+            )
+    return baseline
+
+
+def _normalize_interventions(
+    spec: ExperimentSpec, baseline: dict[str, KnobValue], issues: _Issues
+) -> dict[str, list[KnobValue]]:
+    """path -> distinct normalized values that differ from the baseline, in declared order."""
+    declared: dict[str, list[KnobValue]] = {}
+    for i, intervention in enumerate(spec.interventions):
+        where = f"interventions[{i}]"
+        if not _check_path(intervention.path, f"{where}.path", issues):
+            continue
+        if intervention.path in declared:
+            issues.add(
+                "plan.duplicate_intervention",
+                f"{where}.path",
+                f"'{intervention.path}' is declared more than once",
+            )
+            continue
+        if not intervention.values:
+            issues.add(
+                "plan.empty_intervention",
+                f"{where}.values",
+                f"'{intervention.path}' declares no values",
+            )
+            continue
+        values: list[KnobValue] = []
+        for j, raw in enumerate(intervention.values):
+            value = _normalize(intervention.path, raw, f"{where}.values[{j}]", issues)
+            if value is None:
+                continue
+            if value in values:
+                issues.add(
+                    "plan.duplicate_value",
+                    f"{where}.values[{j}]",
+                    f"value {raw!r} of '{intervention.path}' is declared twice",
+                )
+                continue
+            values.append(value)
+        declared[intervention.path] = [v for v in values if v != baseline.get(intervention.path)]
+    if spec.operators is not None and "logp.backend" in declared:
+        issues.add(
+            "plan.operator_mapping_conflict",
+            "interventions.logp.backend",
+            "a logp.backend intervention cannot change execution while operators.selected_logprob"
+            " fixes an explicit mapping",
+        )
+    return declared
+
+
+def _check_pairs(
+    spec: ExperimentSpec, declared: dict[str, list[KnobValue]], issues: _Issues
+) -> list[tuple[str, str]]:
+    if spec.strategy != "pairwise":
+        if spec.pairwise_paths:
+            issues.add(
+                "plan.pairwise_not_enabled",
+                "pairwise_paths",
+                "pairwise_paths are only used with strategy=pairwise",
+            )
+        return []
+    if not spec.pairwise_paths:
+        issues.add(
+            "plan.pairwise_paths_required",
+            "pairwise_paths",
+            "strategy=pairwise needs explicitly listed path pairs",
+        )
+        return []
+    pairs: list[tuple[str, str]] = []
+    seen: set[frozenset[str]] = set()
+    for i, (a, b) in enumerate(spec.pairwise_paths):
+        where = f"pairwise_paths[{i}]"
+        if a == b:
+            issues.add("plan.invalid_pair", where, f"a pair needs two different paths, got '{a}'")
+            continue
+        undeclared = [p for p in (a, b) if p not in declared]
+        if undeclared:
+            issues.add(
+                "plan.undeclared_pair_path",
+                where,
+                f"pair path(s) {undeclared} have no declared intervention",
+            )
+            continue
+        key = frozenset((a, b))
+        if key in seen:
+            issues.add("plan.duplicate_pair", where, f"pair ({a}, {b}) is listed twice")
+            continue
+        seen.add(key)
+        pairs.append((a, b))
+    return pairs
+
+
+def _expand(
+    baseline: dict[str, KnobValue],
+    declared: dict[str, list[KnobValue]],
+    pairs: list[tuple[str, str]],
+) -> Iterator[tuple[CaseKind, tuple[tuple[str, KnobValue], ...]]]:
+    yield "baseline", ()
+    for path, values in declared.items():
+        for value in values:
+            yield "one_at_a_time", ((path, value),)
+    for a, b in pairs:
+        for va, vb in product(declared[a], declared[b]):
+            yield "pairwise", tuple(sorted(((a, va), (b, vb))))
+
+
+def plan_experiment(
+    spec: ExperimentSpec, contract: NumericalContract | None = None
+) -> ExperimentPlan:
+    """Validate and expand ``spec``; raise PlanError with every issue found."""
+    contract = contract or load_contract()
+    issues = _Issues()
+    if spec.contract_version not in ("current", contract.version):
+        issues.add(
+            "plan.contract_version_mismatch",
+            "contract_version",
+            f"xconf ships contract {contract.version}, the experiment asks for "
+            f"{spec.contract_version}",
+        )
+    baseline = _normalize_baseline(spec, issues)
+    declared = _normalize_interventions(spec, baseline, issues)
+    pairs = _check_pairs(spec, declared, issues)
+    if issues.items:
+        raise PlanError(tuple(issues.items))
+
+    cases: list[Case] = []
+    seen_ids: set[str] = set()
+    for kind, changed in _expand(baseline, declared, pairs):
+        # The cap is checked before the case is accumulated, so expansion stays bounded.
+        if len(cases) >= MAX_CASES:
+            raise PlanError(
+                (
+                    PlanIssue(
+                        "plan.too_large",
+                        "interventions",
+                        f"the plan exceeds the fixed cap of {MAX_CASES} cases",
+                    ),
+                )
+            )
+        knobs = {**baseline, **dict(changed)}
+        case_id = case_id_for(knobs, spec, contract)
+        if case_id in seen_ids:
+            continue
+        seen_ids.add(case_id)
+        cases.append(Case(case_id, len(cases), kind, changed, tuple(sorted(knobs.items()))))
+    normalized = replace(spec, baseline=tuple(sorted(baseline.items())))
+    return ExperimentPlan(normalized, tuple(cases), contract.version, contract.sha256)

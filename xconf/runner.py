@@ -1,0 +1,321 @@
+"""Paired execution: bind, reuse or build engines, score both sides, judge, publish, resume."""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.comparison import ComparisonOutcome, compare, error_outcome
+from xconf.contract.loader import NumericalContract, load_contract
+from xconf.errors import XconfError
+from xconf.execution_plan import ExecutionCase, ExecutionPlan
+from xconf.knobs import side_dtype
+from xconf.runtime.materialization import (
+    apply_readback,
+    check_pre_build,
+    strict_violations,
+    with_fingerprints,
+)
+from xconf.runtime.protocol import (
+    Engine,
+    FrozenInputs,
+    RuntimeAdapter,
+    RuntimeBinding,
+    SideBinding,
+    SideScore,
+)
+from xconf.schema import Identity, canonical_digest
+from xconf.semantic_registry import (
+    SIDES,
+    OperatorSession,
+    ResolutionPolicy,
+    SemanticOperatorCatalog,
+)
+
+XCONF_VERSION = "0.1.0"
+TENSOR_SCHEMA = "xconf.tensors.v1"
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One row of the verdict table."""
+
+    case_id: str
+    label: str
+    kind: str
+    attempt_id: str
+    result: str
+    reused: bool
+    active_tokens: int
+    mismatches: int
+    max_abs_diff: float | None
+    p99_abs_diff: float | None
+    reason: str | None
+
+
+@dataclass
+class RunSummary:
+    experiment_id: str
+    experiment_dir: str
+    records: list[CaseRecord] = field(default_factory=list)
+    engines_built: int = 0
+    engines_reused: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def all_pass(self) -> bool:
+        return all(r.result == "pass" for r in self.records)
+
+
+def frozen_inputs(identity: Identity) -> FrozenInputs:
+    def tensor(rows: tuple[tuple[int, ...], ...]) -> torch.Tensor:
+        return torch.tensor([list(r) for r in rows], dtype=torch.int64)
+
+    return FrozenInputs(
+        token_ids=tensor(identity.token_ids),
+        selected_token_ids=tensor(identity.selected_token_ids),
+        active_mask=tensor(identity.active_mask).bool(),
+        attention_mask=tensor(identity.attention_mask).bool(),
+        position_ids=tensor(identity.position_ids),
+    )
+
+
+class EngineCache:
+    """Engines keyed by side and every reuse-relevant fingerprint; least recently used evicted."""
+
+    def __init__(self, adapter: RuntimeAdapter, capacity_per_side: int = 4) -> None:
+        self._adapter = adapter
+        self._capacity = capacity_per_side
+        self._engines: dict[str, OrderedDict[tuple[str, ...], Engine]] = {
+            s: OrderedDict() for s in SIDES
+        }
+        self.built = 0
+        self.reused = 0
+
+    def get(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        key = (*binding.reuse_key(), case.operator(binding.side).descriptor_fingerprint)
+        engines = self._engines[binding.side]
+        if key in engines:
+            engines.move_to_end(key)
+            self.reused += 1
+            return engines[key]
+        engine = self._adapter.build_engine(binding, case)
+        self.built += 1
+        engines[key] = engine
+        while len(engines) > self._capacity:
+            _, evicted = engines.popitem(last=False)
+            evicted.close()
+        return engine
+
+    def close(self) -> None:
+        for engines in self._engines.values():
+            for engine in engines.values():
+                engine.close()
+            engines.clear()
+
+
+class PairedRunner:
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        adapter: RuntimeAdapter,
+        store: ExperimentStore,
+        catalog: SemanticOperatorCatalog,
+        policy: ResolutionPolicy,
+        *,
+        resume: bool = True,
+        contract: NumericalContract | None = None,
+        on_case: Callable[[CaseRecord], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.adapter = adapter
+        self.store = store
+        self.catalog = catalog
+        self.policy = policy
+        self.resume = resume
+        self.contract = contract or load_contract()
+        self.on_case = on_case
+        self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
+
+    # -- identity of an execution -------------------------------------------------------------
+    def _environment(self) -> dict[str, str]:
+        return {
+            "xconf": XCONF_VERSION,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            **dict(self.adapter.environment()),
+        }
+
+    def _bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
+        raw = self.adapter.bind(case, identity)
+        kind = self.adapter.runtime_kind
+        return replace(
+            raw,
+            rollout=with_fingerprints(raw.rollout, case.operator("rollout"), kind),
+            training=with_fingerprints(raw.training, case.operator("training"), kind),
+        )
+
+    def execution_key(
+        self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
+    ) -> str:
+        return canonical_digest(
+            {
+                "case": case.case.case_id,
+                "identity": identity.digest(),
+                "materialization": binding.to_dict(),
+                "operators": [b.to_dict() for b in case.operators],
+                "environment": self._environment(),
+                "comparison": self.contract.identity(),
+                "tensors": TENSOR_SCHEMA,
+            }
+        )
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, case_ids: set[str] | None = None) -> RunSummary:
+        started = time.perf_counter()
+        spec = self.plan.plan.spec
+        identity = self.adapter.freeze_identity(spec.identity)
+        inputs = frozen_inputs(identity)
+        summary = RunSummary(spec.experiment_id, str(self.store.path))
+        cases = [c for c in self.plan.cases if case_ids is None or c.case.case_id in case_ids]
+        bound = [(c, self._bind(c, identity)) for c in cases]
+        # Group by rollout construction so each distinct engine is built once.
+        order = {b.rollout.reuse_key(): i for i, (_, b) in reversed(list(enumerate(bound)))}
+        bound.sort(key=lambda cb: (order[cb[1].rollout.reuse_key()], cb[0].case.index))
+        try:
+            for case, binding in bound:
+                record = self._run_case(case, binding, identity, inputs)
+                summary.records.append(record)
+                if self.on_case is not None:
+                    self.on_case(record)
+        finally:
+            self.engines.close()
+        summary.records.sort(key=lambda r: self.plan.plan.case(r.case_id).index)
+        summary.engines_built = self.engines.built
+        summary.engines_reused = self.engines.reused
+        summary.seconds["total"] = time.perf_counter() - started
+        return summary
+
+    def _run_case(
+        self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
+    ) -> CaseRecord:
+        key = self.execution_key(case, identity, binding)
+        if self.resume:
+            reusable = self.store.find_reusable(case.case.case_id, key)
+            if reusable is not None:
+                document = read_json(reusable.path / "comparison.json")
+                return _record(case, reusable.attempt_id, document, reused=True)
+        documents, tensors, outcome = self._score(case, binding, identity, inputs)
+        published = self.store.publish_attempt(
+            case.case.case_id, key, documents, tensors, outcome.document["result"]
+        )
+        return _record(case, published.attempt_id, outcome.document, reused=False)
+
+    def _score(
+        self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
+    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
+        knobs = case.case.knob_dict()
+        threshold = self.contract.threshold_for(
+            side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
+        )
+        actual: dict[str, Any] = {"sides": {}}
+        scores: dict[str, SideScore] = {}
+        strict = self.plan.plan.spec.strict_fallback
+        try:
+            check_pre_build(binding, strict_fallback=strict)
+            session = OperatorSession(self.catalog, self.policy)
+            for side in SIDES:
+                side_binding = binding.side(side)
+                engine = self.engines.get(side_binding, case)
+                operator = session.instantiate(case.operator(side))
+                scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
+                # Read back after scoring: request-lifecycle knobs are only observable then.
+                applications = apply_readback(side_binding, engine.readback())
+                actual["sides"][side] = [a.to_dict() for a in applications]
+                reasons = strict_violations(applications, strict_fallback=strict)
+                if reasons:
+                    raise XconfError(
+                        "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
+                    )
+            actual["operator_provenance"] = list(session.provenance())
+            outcome = compare(
+                inputs,
+                identity.digest(),
+                scores["rollout"],
+                scores["training"],
+                threshold,
+                self.contract,
+            )
+        except Exception as exc:  # a failing case is a verdict, never a crashed sweep
+            error = (
+                exc.to_dict()
+                if isinstance(exc, XconfError)
+                else {
+                    "code": "runtime.exception",
+                    "path": None,
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=8),
+                }
+            )
+            outcome = error_outcome(threshold, self.contract, error)
+        outcome.document.update(
+            case_id=case.case.case_id,
+            rollout_dtype=side_dtype(knobs, "rollout"),
+            training_dtype=side_dtype(knobs, "training"),
+        )
+        documents = {
+            "requested.json": {
+                "case_id": case.case.case_id,
+                "knobs": knobs,
+                "changed": dict(case.case.changed),
+                "operators": {b.side: b.to_dict() for b in case.operators},
+            },
+            "materialized.json": binding.to_dict(),
+            "actual.json": actual,
+            "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
+            "comparison.json": outcome.document,
+        }
+        tensors = {
+            "score_rollout.safetensors": _score_tensors(scores.get("rollout")),
+            "score_training.safetensors": _score_tensors(scores.get("training")),
+            "token_diffs.safetensors": outcome.token_diffs,
+        }
+        return documents, tensors, outcome
+
+
+def _score_tensors(score: SideScore | None) -> dict[str, torch.Tensor]:
+    if score is None:
+        return {}
+    return {
+        "logprobs": score.logprobs.float().contiguous(),
+        "token_ids": score.scored_token_ids.to(torch.int64).contiguous(),
+        "selected_token_ids": score.scored_selected_ids.to(torch.int64).contiguous(),
+        "active_mask": score.scored_active_mask.to(torch.uint8).contiguous(),
+    }
+
+
+def _record(
+    case: ExecutionCase, attempt_id: str, doc: Mapping[str, Any], *, reused: bool
+) -> CaseRecord:
+    diff = doc.get("diff") or {}
+    return CaseRecord(
+        case_id=case.case.case_id,
+        label=case.case.label(),
+        kind=case.case.kind,
+        attempt_id=attempt_id,
+        result=doc["result"],
+        reused=reused,
+        active_tokens=int(doc.get("active_tokens") or 0),
+        mismatches=int(doc.get("mismatches") or 0),
+        max_abs_diff=diff.get("max"),
+        p99_abs_diff=diff.get("p99"),
+        reason=doc.get("reason"),
+    )

@@ -1,0 +1,183 @@
+"""The runtime adapter protocol: requested -> materialized -> actual, per knob and side.
+
+An adapter turns an ExecutionCase into a RuntimeBinding (pure: no engine is built), builds
+engines for a side on request, and its engines score frozen tokens read-only. The core runner
+only sees these backend-neutral records, so adding a runtime never adds a branch to the
+planner or runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from xconf.knobs import KnobValue, Lifecycle
+from xconf.schema import Identity
+from xconf.semantic_registry import Side
+
+if TYPE_CHECKING:
+    import torch
+
+    from xconf.execution_plan import ExecutionCase
+
+KnobStatus = Literal["applied", "fallback", "unsupported", "unobservable", "error"]
+# selected_logprob implementation: (logits [N, V], targets [N], active [N]) -> fp32 [N]
+SelectedLogprobOp = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class KnobApplication:
+    """One knob on one side through the three stages, with the evidence for its status."""
+
+    path: str
+    side: Side
+    lifecycle: Lifecycle
+    requested: KnobValue
+    materialized: KnobValue | None
+    actual: KnobValue | None
+    status: KnobStatus
+    evidence: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "side": self.side,
+            "lifecycle": self.lifecycle,
+            "requested": self.requested,
+            "materialized": self.materialized,
+            "actual": self.actual,
+            "status": self.status,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True)
+class SideBinding:
+    """What the adapter will configure for one side, and the fingerprints the facade derived."""
+
+    side: Side
+    knobs: tuple[KnobApplication, ...]
+    dtype: str
+    distributed_context: tuple[tuple[str, Any], ...]  # world size, rank, backend, ...
+    construction_fingerprint: str = ""
+    distributed_fingerprint: str = ""
+    process_fingerprint: str = ""
+
+    def reuse_key(self) -> tuple[str, str, str]:
+        return (
+            self.construction_fingerprint,
+            self.distributed_fingerprint,
+            self.process_fingerprint,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "side": self.side,
+            "dtype": self.dtype,
+            "knobs": [k.to_dict() for k in self.knobs],
+            "distributed_context": dict(self.distributed_context),
+            "fingerprints": {
+                "construction": self.construction_fingerprint,
+                "distributed_context": self.distributed_fingerprint,
+                "process": self.process_fingerprint,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class RuntimeBinding:
+    runtime_kind: str
+    case_id: str
+    rollout: SideBinding
+    training: SideBinding
+    scorers: tuple[tuple[str, str], ...]  # side -> scorer name and version
+
+    def side(self, side: Side) -> SideBinding:
+        return self.rollout if side == "rollout" else self.training
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime_kind": self.runtime_kind,
+            "case_id": self.case_id,
+            "scorers": dict(self.scorers),
+            "sides": {s.side: s.to_dict() for s in (self.rollout, self.training)},
+        }
+
+
+@dataclass(frozen=True)
+class FrozenInputs:
+    """The identity's token-level fields as tensors: [B, T] each."""
+
+    token_ids: torch.Tensor
+    selected_token_ids: torch.Tensor
+    active_mask: torch.Tensor  # bool
+    attention_mask: torch.Tensor  # bool
+    position_ids: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ReadOnlyEvidence:
+    """How a scorer proves it changed nothing and generated nothing."""
+
+    state_digest_before: str
+    state_digest_after: str
+    mode_restored: bool
+    used_kv_cache: bool
+    generated_tokens: bool
+
+
+@dataclass(frozen=True)
+class SideScore:
+    """A side's selected logprobs [B, T] (float32) and an echo of the input it scored."""
+
+    logprobs: torch.Tensor
+    scored_token_ids: torch.Tensor
+    scored_selected_ids: torch.Tensor
+    scored_active_mask: torch.Tensor
+    evidence: ReadOnlyEvidence
+    identity_digest: str
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A constructed scorer for one side; may be reused across cases with equal fingerprints."""
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        """Actual values of the knobs this engine owns, read from its live state."""
+        ...
+
+    def score(
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> SideScore:
+        """Score the frozen tokens read-only; ``operator`` None means the runtime's native path."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RuntimeAdapter(Protocol):
+    runtime_kind: str
+    device: str
+    version: str
+
+    def freeze_identity(self, identity: Identity) -> Identity:
+        """Return the identity with frozen tokens (a recipe identity is frozen here, once)."""
+        ...
+
+    def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
+        """Requested -> materialized for every knob; pure, builds nothing."""
+        ...
+
+    def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine: ...
+
+    def environment(self) -> Mapping[str, str]:
+        """Versions that an attempt's validity depends on (framework, engine, torch)."""
+        ...
+
+    def close(self) -> None: ...
