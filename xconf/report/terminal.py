@@ -18,6 +18,7 @@ STYLES = {
     "not_run": "dim",
 }
 MAX_ROWS = 12
+NARROW = 120
 
 
 def render_terminal_summary(
@@ -35,29 +36,25 @@ def render_terminal_summary(
     console.print(
         Text(f"xconf · {data.experiment_id} · {len(data.cases)} cases ", style="bold"), counts
     )
+    narrow = console.width < NARROW  # short case ids, no approx KL column
     table = Table(show_edge=False, header_style="bold dim", pad_edge=False)
-    for name, justify in (
-        ("case", "left"),
-        ("changed", "left"),
-        ("result", "left"),
-        ("active", "right"),
-        ("mism.", "right"),
-        ("ratio", "right"),
-        ("max |diff|", "right"),
-        ("approx KL", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("case", no_wrap=True)
+    table.add_column("changed", overflow="fold")
+    table.add_column("result", no_wrap=True)
+    numbers = ("active", "mism.", "ratio", "max |diff|") + (() if narrow else ("approx KL",))
+    for name in numbers:
+        table.add_column(name, justify="right", no_wrap=True)
     for case in data.cases[:MAX_ROWS]:
-        table.add_row(
-            case.case_id,
+        row: list[str | Text] = [
+            case.case_id[:10] if narrow else case.case_id,
             "baseline" if case.is_baseline else case.label,
             Text(case.result, style=STYLES.get(case.result, "")),
             "—" if case.active_tokens is None else str(case.active_tokens),
             "—" if case.mismatches is None else str(case.mismatches),
             percent(case.mismatch_ratio),
             sci(case.diff.max),
-            sci(case.approx_kl),
-        )
+        ]
+        table.add_row(*row, *(() if narrow else (sci(case.approx_kl),)))
     console.print(table)
     if len(data.cases) > MAX_ROWS:
         console.print(Text(f"… {len(data.cases) - MAX_ROWS} more cases in the report", style="dim"))
