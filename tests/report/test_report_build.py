@@ -148,3 +148,20 @@ def test_json_form_is_plain_data_with_the_same_content(data: ReportData) -> None
     assert cases[1]["worst_tokens"][0]["mismatch"] is True
     assert document["knob_ranking"][0]["knob"] == "logp.backend"
     assert "NaN" not in render(data, "json")
+
+
+def test_a_seal_that_disagrees_with_the_verdict_is_invalid(run_dir: Path) -> None:
+    import hashlib
+
+    attempt = run_dir / "cases" / OFFSET / "a-0001"
+    comparison = json.loads((attempt / "comparison.json").read_text())
+    comparison["result"] = "pass"  # resealed consistently, but the seal says fail
+    (attempt / "comparison.json").write_text(json.dumps(comparison))
+    seal = json.loads((attempt / "COMPLETE").read_text())
+    seal["files"]["comparison.json"] = hashlib.sha256(
+        (attempt / "comparison.json").read_bytes()
+    ).hexdigest()
+    (attempt / "COMPLETE").write_text(json.dumps(seal))
+    case = _case(build_report(run_dir), OFFSET)
+    assert case.result == "invalid_artifact"
+    assert case.reason == "COMPLETE seals result 'fail', comparison.json says 'pass'"

@@ -69,3 +69,15 @@ def test_the_console_check_would_catch_an_error(tmp_path: Path) -> None:
     )
     page = open_page(bad, tmp_path)
     assert any("missingFunction" in line for line in page.console)
+
+
+def test_chromium_absence_skips_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    import chromium_harness
+
+    monkeypatch.setattr(chromium_harness.shutil, "which", lambda name: None)
+    monkeypatch.delenv("XCONF_REQUIRE_CHROMIUM", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium is not installed"):
+        chromium_harness.chromium_or_skip()
+    monkeypatch.setenv("XCONF_REQUIRE_CHROMIUM", "1")
+    with pytest.raises(pytest.fail.Exception, match="XCONF_REQUIRE_CHROMIUM=1"):
+        chromium_harness.chromium_or_skip()

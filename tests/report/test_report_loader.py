@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -59,6 +60,7 @@ def test_unsealed_attempt_is_never_chosen(run_dir: Path) -> None:
         ("directory", "actual.json is not a regular file"),
         ("wrong_case", "COMPLETE case_id is 'c-0000000000000000'"),
         ("garbage", "COMPLETE does not parse"),
+        ("foreign", "sealed file notes.txt is not a payload"),
     ],
 )
 def test_broken_seals_are_named(run_dir: Path, damage: str, expected: str) -> None:
@@ -75,6 +77,11 @@ def test_broken_seals_are_named(run_dir: Path, damage: str, expected: str) -> No
     elif damage == "directory":
         (attempt / "actual.json").unlink()
         (attempt / "actual.json").mkdir()
+    elif damage == "foreign":
+        (attempt / "notes.txt").write_text("hello")
+        seal = json.loads(seal_path.read_text())
+        seal["files"]["notes.txt"] = hashlib.sha256(b"hello").hexdigest()
+        seal_path.write_text(json.dumps(seal))
     elif damage == "wrong_case":
         seal = json.loads(seal_path.read_text())
         seal["case_id"] = "c-0000000000000000"

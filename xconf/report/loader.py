@@ -185,6 +185,8 @@ def verify_seal(attempt_dir: Path, experiment_id: str, case_id: str) -> SealChec
     for name in PAYLOAD_FILES:
         if name not in files:
             problems.append(f"required payload {name} is not sealed")
+    for name in sorted(set(files) - set(PAYLOAD_FILES)):
+        problems.append(f"sealed file {name} is not a payload of xconf.artifacts.v1")
     for name in sorted(set(files) & set(present)):
         mode = present[name]
         if stat.S_ISLNK(mode):

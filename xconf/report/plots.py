@@ -29,7 +29,7 @@ MUTED = "#6b7280"
 GRID = "#e5e7eb"
 BELOW = "#4c78a8"
 THRESHOLD = "#d64545"
-DPI = 80
+DPI = 100
 PNG_OPTIONS = {"compress_level": 2}  # zlib level 6 (the default) is a third of the draw time
 MAX_ATTRIBUTION_BARS = 40
 
