@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from xconf.report import build_report, main_report, render_terminal_summary
+from xconf.report import build_report, main_report, render_terminal_summary, report_after_run
 
 
 def test_default_output_is_html_in_the_run_dir(run_dir: Path, capsys) -> None:
@@ -64,3 +64,19 @@ def test_importing_the_report_package_loads_no_plotting_or_templating() -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
+
+
+def test_report_after_run_writes_and_points_without_a_second_table(run_dir: Path) -> None:
+    console = Console(record=True, width=160)
+    written = report_after_run(run_dir, console)
+    assert written is not None and written.path == run_dir / "report.html"
+    assert written.path.is_file()
+    text = console.export_text()
+    assert f"report: {written.path}" in text and "2 fail" in text
+    assert "approx KL" not in text  # the run printed its own verdict table
+
+
+def test_report_after_run_never_raises(tmp_path: Path) -> None:
+    console = Console(record=True, width=160)
+    assert report_after_run(tmp_path / "missing", console) is None
+    assert "report not written [report.bad_run_dir]" in console.export_text()

@@ -14,6 +14,7 @@ __all__ = [
     "build_report",
     "main_report",
     "render_terminal_summary",
+    "report_after_run",
     "write_report",
 ]
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from xconf.report.errors import ReportError
     from xconf.report.model import ReportData
     from xconf.report.terminal import render_terminal_summary
-    from xconf.report.writer import WrittenReport, write_report
+    from xconf.report.writer import WrittenReport, report_after_run, write_report
 
 _WHERE = {
     "ReportData": "xconf.report.model",
@@ -33,6 +34,7 @@ _WHERE = {
     "main_report": "xconf.report.cli",
     "render_terminal_summary": "xconf.report.terminal",
     "write_report": "xconf.report.writer",
+    "report_after_run": "xconf.report.writer",
 }
 
 

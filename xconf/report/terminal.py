@@ -22,10 +22,14 @@ NARROW = 120
 
 
 def render_terminal_summary(
-    data: ReportData, console: Any, report_path: str | Path | None = None
+    data: ReportData,
+    console: Any,
+    report_path: str | Path | None = None,
+    *,
+    table: bool = True,
 ) -> None:
-    """Print the verdict table (baseline, then the worst cases) and where the report is."""
-    from rich.table import Table
+    """Print the counts, the verdict table (baseline, then the worst cases; ``table=False``
+    leaves it out), the knob that moves drift most, and where the report is."""
     from rich.text import Text
 
     counts = Text()
@@ -36,7 +40,34 @@ def render_terminal_summary(
     console.print(
         Text(f"xconf · {data.experiment_id} · {len(data.cases)} cases ", style="bold"), counts
     )
-    narrow = console.width < NARROW  # short case ids, no approx KL column
+    if table:
+        console.print(_verdict_table(data, console.width < NARROW))
+        if len(data.cases) > MAX_ROWS:
+            more = len(data.cases) - MAX_ROWS
+            console.print(Text(f"… {more} more cases in the report", style="dim"))
+    if data.knob_ranking:
+        top = data.knob_ranking[0]
+        console.print(
+            Text.assemble(
+                ("most drift: ", "dim"),
+                (top.knob, "bold"),
+                f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}",
+            )
+        )
+    unverified = sum(1 for c in data.cases for a in c.attempts if not a.seal_verified)
+    if unverified:
+        console.print(
+            Text(f"{unverified} attempt(s) without a verified seal were ignored", style="yellow")
+        )
+    if report_path is not None:
+        console.print(Text.assemble(("report: ", "dim"), (str(report_path), "bold underline")))
+
+
+def _verdict_table(data: ReportData, narrow: bool) -> Any:
+    """The first rows of the verdict table; ``narrow``: short case ids, no approx KL."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(show_edge=False, header_style="bold dim", pad_edge=False)
     table.add_column("case", no_wrap=True)
     table.add_column("changed", overflow="fold")
@@ -55,22 +86,4 @@ def render_terminal_summary(
             sci(case.diff.max),
         ]
         table.add_row(*row, *(() if narrow else (sci(case.approx_kl),)))
-    console.print(table)
-    if len(data.cases) > MAX_ROWS:
-        console.print(Text(f"… {len(data.cases) - MAX_ROWS} more cases in the report", style="dim"))
-    if data.knob_ranking:
-        top = data.knob_ranking[0]
-        console.print(
-            Text.assemble(
-                ("most drift: ", "dim"),
-                (top.knob, "bold"),
-                f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}",
-            )
-        )
-    unverified = sum(1 for c in data.cases for a in c.attempts if not a.seal_verified)
-    if unverified:
-        console.print(
-            Text(f"{unverified} attempt(s) without a verified seal were ignored", style="yellow")
-        )
-    if report_path is not None:
-        console.print(Text.assemble(("report: ", "dim"), (str(report_path), "bold underline")))
+    return table

@@ -7,6 +7,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xconf.report.build import build_report
 from xconf.report.errors import ReportError
@@ -75,3 +76,33 @@ def write_report(
     path = Path(output_path) if output_path is not None else default_output(run_dir, fmt)
     write_text(path, render(data, fmt))
     return WrittenReport(path, fmt, data)
+
+
+def report_after_run(
+    run_dir: str | os.PathLike[str],
+    console: Any,
+    output_path: str | os.PathLike[str] | None = None,
+    *,
+    table: bool = False,
+) -> WrittenReport | None:
+    """Write ``RUN_DIR/report.html`` at the end of a run or sweep and point at it.
+
+    A report that cannot be written never changes the run's outcome: the coded error is
+    printed as a warning and ``None`` is returned. ``table=False`` prints only the
+    counts, the knob that moves drift most and the report path (the run has already
+    printed its own verdict table).
+    """
+    from xconf.errors import XconfError
+    from xconf.report.terminal import render_terminal_summary
+
+    try:
+        written = write_report(run_dir, output_path)
+    except XconfError as exc:
+        from rich.text import Text
+
+        console.print(
+            Text.assemble(("report not written ", "yellow"), f"[{exc.code}] {exc.message}")
+        )
+        return None
+    render_terminal_summary(written.data, console, written.path, table=table)
+    return written
