@@ -165,3 +165,49 @@ def test_a_seal_that_disagrees_with_the_verdict_is_invalid(run_dir: Path) -> Non
     case = _case(build_report(run_dir), OFFSET)
     assert case.result == "invalid_artifact"
     assert case.reason == "COMPLETE seals result 'fail', comparison.json says 'pass'"
+
+
+def test_hub_cache_tokenizer_json_is_used_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from report_fixtures import standard_specs, write_run
+
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    document = {
+        "model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(64)}},
+        "added_tokens": [{"id": 9, "content": "<nine>"}],
+    }
+    (snapshot / "tokenizer.json").write_text(json.dumps(document))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    run = write_run(tmp_path / "out", "exp-hub", standard_specs(), tokenizer_id="org/tiny")
+    worst = _case(build_report(run), BF16).worst_tokens
+    assert worst[0].text in ("<nine>", "w9")  # the tokenizers library, or the JSON fallback
+
+
+def test_pairwise_and_unplanned_cases(tmp_path: Path) -> None:
+    import shutil
+
+    import numpy as np
+    from report_fixtures import CaseSpec, logprobs, write_run
+
+    base = logprobs(1, 8, 0)
+    active = np.ones(base.shape, dtype=bool)
+    pair = {"rollout.dtype": "bfloat16", "batch.size": 4}
+    specs = [
+        CaseSpec({}, base, base, active, kind="baseline"),
+        CaseSpec(pair, base, base + 0.2, active, rollout_dtype="bfloat16", kind="pairwise"),
+        CaseSpec({"batch.size": 4}, base, base + 1e-7, active),
+    ]
+    run = write_run(tmp_path / "out", "exp-pair", specs)
+    lines = (run / "plan.jsonl").read_text().splitlines()
+    (run / "plan.jsonl").write_text("\n".join(lines[:2]) + "\n")  # the third is unplanned
+    data = build_report(run)
+    pairwise = _case(data, case_id_for(pair))
+    assert pairwise.kind == "pairwise" and pairwise.label == "batch.size=4, rollout.dtype=bfloat16"
+    unplanned = _case(data, case_id_for({"batch.size": 4}))
+    assert unplanned.kind == "unplanned" and unplanned.label == "batch.size=4"
+    assert any("has attempts but no plan.jsonl row" in p for p in data.problems)
+    assert [k.knob for k in data.knob_ranking] == ["batch.size × rollout.dtype", "batch.size"]
+    shutil.rmtree(run / "cases" / case_id_for({}))
+    assert build_report(run).cases[0].result == "not_run"

@@ -99,7 +99,7 @@ def _replace(case: CaseReport, **changes: Any) -> CaseReport:
 
 def _label(changed: Iterable[tuple[str, Any]]) -> str:
     parts = [f"{path}={_show(value)}" for path, value in changed]
-    return ", ".join(parts) if parts else "baseline"
+    return ", ".join(parts) if parts else "no change recorded"
 
 
 def _show(value: Any) -> str:
@@ -110,7 +110,10 @@ def _show(value: Any) -> str:
 
 def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
     row = case.plan_row
-    changed = tuple(sorted((str(k), v) for k, v in (row.changed if row else {}).items()))
+    payload = case.payload
+    recorded = payload.requested.get("changed") if payload else None
+    source = row.changed if row else (recorded if isinstance(recorded, dict) else {})
+    changed = tuple(sorted((str(k), v) for k, v in source.items()))
     attempts = tuple(
         AttemptInfo(
             attempt_id=a.attempt_id,
@@ -122,7 +125,6 @@ def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
         )
         for a in case.attempts
     )
-    payload = case.payload
     comparison: Mapping[str, Any] = payload.comparison if payload else {}
     diffs = payload.token_diffs if payload else None
     problems = list(payload.problems) if payload else []

@@ -2,13 +2,15 @@
 
 Nothing is downloaded and nothing is unpickled: a tokenizer is used only when the
 identity's ``tokenizer_id`` names a local directory (or file) holding ``tokenizer.json``
-or ``vocab.json``. With the ``tokenizers`` library installed, ``tokenizer.json`` is
-decoded by it; otherwise the vocabulary is read from the JSON directly.
+or ``vocab.json``, or an ``org/name`` already in the local Hugging Face hub cache.
+With the ``tokenizers`` library installed, ``tokenizer.json`` is decoded by it;
+otherwise the vocabulary is read from the JSON directly.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,9 +33,21 @@ def tokenizer_id(identity: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _hub_snapshots(name: str) -> list[Path]:
+    """Snapshots of ``org/name`` already in the local Hugging Face cache (never fetched)."""
+    if name.count("/") != 1 or name.startswith((".", "/")):
+        return []
+    home = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(Path.home(), ".cache", "huggingface"), "hub"
+    )
+    snapshots = Path(home) / ("models--" + name.replace("/", "--")) / "snapshots"
+    return sorted(snapshots.iterdir()) if snapshots.is_dir() else []
+
+
 def _candidates(name: str, run_dir: Path) -> list[Path]:
     path = Path(name)
     bases = [path] if path.is_absolute() else [run_dir / path, Path.cwd() / path]
+    bases += _hub_snapshots(name)
     out = []
     for base in bases:
         if base.is_dir():
