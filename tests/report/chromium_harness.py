@@ -50,13 +50,15 @@ def _run(binary: str, profile: Path, extra: list[str], url: str) -> subprocess.C
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
-def open_page(html: Path, workdir: Path, screenshot: Path | None = None) -> PageRun:
+def open_page(
+    html: Path, workdir: Path, screenshot: Path | None = None, fragment: str = ""
+) -> PageRun:
     """Load ``html`` once for its DOM and console, once more for a screenshot."""
     binary = chromium_or_skip()
-    url = html.resolve().as_uri()
+    url = html.resolve().as_uri() + fragment
     dumped = _run(
         binary,
-        workdir / "profile-dom",
+        workdir / f"profile-dom{len(list(workdir.glob('profile-dom*')))}",
         ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom"],
         url,
     )

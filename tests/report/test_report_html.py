@@ -81,3 +81,20 @@ def test_chromium_absence_skips_unless_required(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("XCONF_REQUIRE_CHROMIUM", "1")
     with pytest.raises(pytest.fail.Exception, match="XCONF_REQUIRE_CHROMIUM=1"):
         chromium_harness.chromium_or_skip()
+
+
+def test_verdict_table_sorts_in_the_browser_keeping_the_baseline_pinned(
+    html: Path, tmp_path: Path
+) -> None:
+    def order(fragment: str) -> list[str]:
+        page = open_page(html, tmp_path, fragment=fragment)
+        table = page.dom[page.dom.index('id="verdict-table"') :]
+        table = table[: table.index("</table>")]
+        return re.findall(r'<tr class="row-[^"]*" data-case-id="([^"]+)"', table)
+
+    baseline = case_id_for({})
+    by_max_asc = order("#sort=verdict-table:9:asc")  # column 9: max |diff|
+    assert by_max_asc[0] == baseline
+    assert by_max_asc[-2:] == [OFFSET, case_id_for({"rollout.dtype": "bfloat16"})]
+    by_max_desc = order("#sort=verdict-table:9:desc")
+    assert by_max_desc[:3] == [baseline, case_id_for({"rollout.dtype": "bfloat16"}), OFFSET]
