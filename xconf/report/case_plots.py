@@ -150,8 +150,8 @@ class CaseFigureRenderer:
 
     def render(self, case: CaseReport) -> PlotImage | None:
         hist = case.histogram
-        if hist is None and not case.drift_profile:
-            return None
+        if hist is None and not any(q.active for q in case.drift_profile):
+            return None  # nothing to draw: no active token
         threshold = hist.threshold_line if hist else case.threshold
         self._histogram(hist)
         self._profile(case, threshold)

@@ -9,7 +9,7 @@ from typing import Any
 
 from xconf.report import case_plots, plots
 from xconf.report.errors import ReportError
-from xconf.report.model import RESULTS, CaseReport, ReportData
+from xconf.report.model import RESULTS, CaseReport, KnobRow, ReportData
 from xconf.report.stats import percent, sci
 
 TEMPLATE = "report.html.j2"
@@ -69,8 +69,26 @@ def _shift(value: float | None) -> str:
     )
 
 
+def _notable(case: CaseReport) -> list[KnobRow]:
+    """Materialization rows worth showing up front: the changed knobs, any status other
+    than ``applied``, and any actual value that differs from the requested one."""
+    changed = {path for path, _ in case.changed}
+    return [
+        row
+        for row in case.materialization
+        if row.path in changed
+        or row.status != "applied"
+        or (row.actual is not None and row.actual != row.requested)
+    ]
+
+
 def _case_context(case: CaseReport, renderer: case_plots.CaseFigureRenderer) -> dict[str, Any]:
-    return {"case": case, "image": renderer.render(case)}
+    return {
+        "case": case,
+        "image": renderer.render(case),
+        "notable": _notable(case),
+        "numbers": case.result in ("pass", "fail", "zero_active_tokens"),
+    }
 
 
 def render_html(data: ReportData) -> str:

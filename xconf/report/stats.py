@@ -77,7 +77,7 @@ def drift_profile(
     comparison: Mapping[str, Any], diffs: TokenDiffs | None
 ) -> tuple[ProfilePoint, ...]:
     recorded = comparison.get("drift_profile")
-    if isinstance(recorded, list) and recorded and all(isinstance(p, dict) for p in recorded):
+    if isinstance(recorded, list) and all(isinstance(p, dict) for p in recorded):
         points = []
         for i, point in enumerate(recorded):
             position = as_int(point.get("position"))
