@@ -68,8 +68,8 @@ def build_report(
 def _verdict_key(case: CaseReport) -> tuple[Any, ...]:
     ratio = case.mismatch_ratio if case.mismatch_ratio is not None else -1.0
     worst = case.diff.max if case.diff.max is not None else -1.0
-    if math.isnan(worst):
-        worst = math.inf
+    ratio = -1.0 if math.isnan(ratio) else ratio
+    worst = math.inf if math.isnan(worst) else worst  # a NaN diff is as bad as it gets
     return (not case.is_baseline, case.severity, -ratio, -worst, case.index, case.case_id)
 
 
