@@ -98,3 +98,25 @@ def test_verdict_table_sorts_in_the_browser_keeping_the_baseline_pinned(
     assert by_max_asc[-2:] == [OFFSET, case_id_for({"rollout.dtype": "bfloat16"})]
     by_max_desc = order("#sort=verdict-table:9:desc")
     assert by_max_desc[:3] == [baseline, case_id_for({"rollout.dtype": "bfloat16"}), OFFSET]
+
+
+def test_hostile_artifact_text_cannot_run_script(tmp_path: Path) -> None:
+    import numpy as np
+    from report_fixtures import CaseSpec, logprobs, write_run
+
+    hostile = "</script><script>document.body.setAttribute('data-pwned','1')</script>"
+    base = logprobs(1, 8, 0)
+    active = np.ones(base.shape, dtype=bool)
+    specs = [
+        CaseSpec({}, base, base, active, kind="baseline"),
+        CaseSpec({"logp.backend": hostile}, base, base + 1.0, active),
+    ]
+    run = write_run(tmp_path / "out", "exp-hostile", specs)
+    page_path = write_report(run, tmp_path / "report.html").path
+    text = page_path.read_text(encoding="utf-8")
+    assert hostile not in text and "&lt;/script&gt;" in text
+    csp = re.search(r'Content-Security-Policy" content="([^"]+)"', text)
+    assert csp is not None and re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", csp.group(1))
+    page = open_page(page_path, tmp_path)
+    assert page.body_attributes.get("data-report-ready") == "1"
+    assert "data-pwned" not in page.body_attributes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 from importlib import resources
@@ -13,6 +15,7 @@ from xconf.report.model import RESULTS, CaseReport, KnobRow, ReportData
 from xconf.report.stats import percent, sci
 
 TEMPLATE = "report.html.j2"
+SCRIPT = "report.js"
 
 RESULT_LABELS = {
     "pass": "pass",
@@ -35,8 +38,17 @@ def _jinja() -> Any:
     return jinja2
 
 
-def _template_text() -> str:
-    return (resources.files("xconf.report") / "templates" / TEMPLATE).read_text(encoding="utf-8")
+def _resource(name: str) -> str:
+    return (resources.files("xconf.report") / "templates" / name).read_text(encoding="utf-8")
+
+
+def _script() -> tuple[Any, str]:
+    """The page script and its CSP source: only this exact script may run on the page."""
+    from markupsafe import Markup
+
+    text = _resource(SCRIPT)
+    digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+    return Markup(text), f"sha256-{digest}"
 
 
 def _sort_value(value: float | int | None) -> str:
@@ -98,7 +110,8 @@ def render_html(data: ReportData) -> str:
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )
     env.filters.update(sci=sci, percent=percent, sortv=_sort_value, show=_show, shift=_shift)
-    template = env.from_string(_template_text())
+    template = env.from_string(_resource(TEMPLATE))
+    script, script_hash = _script()
     baseline = data.baseline
     threshold = (
         baseline.threshold
@@ -111,6 +124,8 @@ def render_html(data: ReportData) -> str:
     return str(
         template.render(
             data=data,
+            script=script,
+            script_hash=script_hash,
             baseline=baseline,
             chips=chips,
             top=top,
