@@ -139,3 +139,10 @@ def test_token_diffs_are_read_with_the_selected_token_ids(run_dir: Path) -> None
     assert diffs.threshold == 1e-5
     assert diffs.abs_diff.shape == (2, 24)
     assert diffs.token_ids is not None and int(diffs.token_ids[0, 0]) == 4  # selected = ids + 1
+
+
+def test_an_output_root_is_refused_with_the_runs_it_holds(run_dir: Path) -> None:
+    with pytest.raises(ReportError) as info:
+        load_run(run_dir.parent)
+    assert info.value.code == "report.bad_run_dir"
+    assert "it holds the runs exp-report: pass one of them" in info.value.message

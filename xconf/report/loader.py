@@ -336,8 +336,14 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
         raise ReportError("report.bad_run_dir", "not a run directory", str(root))
     header_path = root / "experiment.json"
     if not header_path.is_file() or header_path.is_symlink():
+        inside = sorted(
+            p.name
+            for p in root.iterdir()
+            if (p / "experiment.json").is_file() and is_safe_id(p.name)
+        )
+        hint = f"; it holds the runs {', '.join(inside[:5])}: pass one of them" if inside else ""
         raise ReportError(
-            "report.bad_run_dir", "no experiment.json: not an xconf run directory", str(root)
+            "report.bad_run_dir", f"no experiment.json: not an xconf run directory{hint}", str(root)
         )
     try:
         header = _read_json(header_path)
