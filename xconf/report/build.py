@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -88,13 +89,7 @@ def _with_baseline_flag(case: CaseReport, is_baseline: bool) -> CaseReport:
     if case.is_baseline == is_baseline:
         return case
     label = "baseline" if is_baseline else case.label
-    return _replace(case, is_baseline=is_baseline, label=label)
-
-
-def _replace(case: CaseReport, **changes: Any) -> CaseReport:
-    import dataclasses
-
-    return dataclasses.replace(case, **changes)
+    return dataclasses.replace(case, is_baseline=is_baseline, label=label)
 
 
 def _label(changed: Iterable[tuple[str, Any]]) -> str:
