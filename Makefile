@@ -19,8 +19,8 @@ run: setup
 	$(VENV)/bin/xconf-run +experiment=cpu_smoke allow_smoke_operators=true; rc=$$?; [ $$rc -le 1 ]
 
 lint: setup
-	$(VENV)/bin/ruff check xconf hydra_plugins tests bench
-	$(VENV)/bin/ruff format --check xconf hydra_plugins tests bench
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: setup
 	$(VENV)/bin/mypy

@@ -80,7 +80,9 @@ def build_execution_plan(
                     path=path,
                 )
             except OperatorResolutionError as exc:
-                issues.append(PlanIssue(exc.code, path, f"case {case.label()}: {exc.message}"))
+                issues.append(
+                    PlanIssue(exc.code, path, f"case {case.label()}, {side} side: {exc.message}")
+                )
                 continue
             bindings.append(
                 OperatorBinding(

@@ -32,6 +32,7 @@ from xconf.runtime.protocol import (
     SideBinding,
     SideScore,
 )
+from xconf.runtime.ranks import from_rank0, rank
 from xconf.schema import Identity, canonical_digest
 from xconf.semantic_registry import (
     SIDES,
@@ -208,16 +209,24 @@ class PairedRunner:
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> CaseRecord:
         key = self.execution_key(case, identity, binding)
-        if self.resume:
+        reused: CaseRecord | None = None
+        if self.resume and rank() == 0:
             reusable = self.store.find_reusable(case.case.case_id, key)
             if reusable is not None:
                 document = read_json(reusable.path / "comparison.json")
-                return _record(case, reusable.attempt_id, document, reused=True)
+                reused = _record(case, reusable.attempt_id, document, reused=True)
+        # Rank 0 decides reuse for every rank, so all ranks score (and meet in collectives) or none.
+        reused = from_rank0(reused)
+        if reused is not None:
+            return reused
         documents, tensors, outcome = self._score(case, binding, identity, inputs)
-        published = self.store.publish_attempt(
-            case.case.case_id, key, documents, tensors, outcome.document["result"]
-        )
-        return _record(case, published.attempt_id, outcome.document, reused=False)
+        record = None
+        if rank() == 0:  # one rank publishes; the others scored only to take part in collectives
+            published = self.store.publish_attempt(
+                case.case.case_id, key, documents, tensors, outcome.document["result"]
+            )
+            record = _record(case, published.attempt_id, outcome.document, reused=False)
+        return from_rank0(record)  # type: ignore[return-value]
 
     def _score(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs

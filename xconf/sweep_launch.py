@@ -10,7 +10,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from xconf.cli.hydra_app import set_exit_code
+from xconf.cli.exit_status import set_exit_code
 from xconf.cli.render import make_console, plan_table, print_reasons, verdict_table
 from xconf.cli.session import EXIT_INVALID, EXIT_OK, exit_code, publish_plan, report_error
 from xconf.config.hydra_document import reject_config_set_cli_keys

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from xconf.cli.exit_status import mark_started, set_exit_code, state
 from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
 from xconf.cli.session import (
     EXIT_INVALID,
@@ -30,8 +31,6 @@ from xconf.cli.session import (
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
 from xconf.errors import XconfError
-
-_state: dict[str, Any] = {"started": False, "exit": EXIT_OK}
 
 
 def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) -> int:
@@ -96,19 +95,14 @@ def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def _hydra_task(cfg: DictConfig) -> Any:
-    _state["started"] = True
+    mark_started()
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:
         return run_sweep_job(cfg)
     choice = hydra_cfg.runtime.choices.get("runtime")
-    _state["exit"] = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
-    return _state["exit"]
-
-
-def set_exit_code(code: int) -> None:
-    """The sweeper reports the sweep's verdict here (0 all pass, 1 any non-pass)."""
-    _state["exit"] = code
-    _state["started"] = True
+    code = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
+    set_exit_code(code)
+    return code
 
 
 def main() -> None:
@@ -116,10 +110,10 @@ def main() -> None:
         _hydra_task()
     except SystemExit as exc:
         # Hydra exits 1 when it cannot compose the config: that is invalid input.
-        if not _state["started"] and exc.code not in (0, None):
+        if not state["started"] and exc.code not in (0, None):
             sys.exit(EXIT_INVALID)
         raise
-    sys.exit(_state["exit"])
+    sys.exit(int(state["exit"]))
 
 
 if __name__ == "__main__":

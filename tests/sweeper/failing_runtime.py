@@ -1,0 +1,16 @@
+"""A runtime whose construction raises for one batch size: a job that dies inside a sweep."""
+
+from __future__ import annotations
+
+from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+
+
+class FailingConstructionRuntime(CpuSmokeRuntime):
+    def __init__(self, fail_on_batch_size: int, **options: int) -> None:
+        super().__init__(**options)
+        self.fail_on_batch_size = fail_on_batch_size
+
+    def bind(self, case, identity):  # type: ignore[no-untyped-def]
+        if case.case.knob_dict()["batch.size"] == self.fail_on_batch_size:
+            raise RuntimeError("injected construction failure")
+        return super().bind(case, identity)

@@ -1,0 +1,70 @@
+"""``xconf report RUN_DIR [-o report.html] [--format html|json]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xconf.errors import XconfError
+from xconf.report.writer import FORMATS, default_output, render, write_text
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def build_parser(prog: str = "xconf report") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Write the drift report of one run directory."
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="<output root>/<experiment_id>")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="output file ('-' for stdout); default RUN_DIR/report.<format>",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="html (default, or from the -o suffix) or json",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no terminal summary")
+    return parser
+
+
+def main_report(argv: list[str]) -> int:
+    """Entry point for the ``report`` subcommand; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    fmt = args.format or ("json" if args.output and args.output.endswith(".json") else "html")
+    to_stdout = args.output == "-"
+    target = default_output(args.run_dir, fmt) if args.output is None else Path(args.output)
+    try:
+        from xconf.report.build import build_report
+
+        data = build_report(args.run_dir)
+        text = render(data, fmt)
+        if to_stdout:
+            sys.stdout.write(text)
+            return EXIT_OK
+        write_text(target, text)
+    except XconfError as exc:
+        print(
+            f"xconf report: error [{exc.code}]"
+            + (f" at '{exc.path}'" if exc.path else "")
+            + f": {exc.message}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not args.quiet:
+        from rich.console import Console
+
+        from xconf.report.terminal import render_terminal_summary
+
+        render_terminal_summary(data, Console(stderr=True), target)
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main_report(sys.argv[1:]))

@@ -1,0 +1,385 @@
+"""Read a run directory (format ``xconf.artifacts.v1``) into typed, read-only records.
+
+Only JSON and safetensors are read; nothing is ever unpickled. Every attempt's
+``COMPLETE`` seal is verified (parses, names exactly the payload files present, no
+symlinks or directories, every SHA-256 matches) and each case's newest attempt with a
+verified seal is chosen. A tampered or partial attempt is kept in the record, marked
+unverified with its problems, and never supplies numbers to the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xconf.report.errors import ReportError
+
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SEAL_SCHEMA = "xconf.seal.v1"
+SEAL_FILE = "COMPLETE"
+PAYLOAD_FILES = (
+    "requested.json",
+    "materialized.json",
+    "actual.json",
+    "identity.json",
+    "score_rollout.safetensors",
+    "score_training.safetensors",
+    "token_diffs.safetensors",
+    "comparison.json",
+)
+TOKEN_DIFF_KEYS = (
+    "rollout_logprobs",
+    "training_logprobs",
+    "active_mask",
+    "abs_diff",
+    "mismatch_mask",
+    "threshold",
+)
+
+
+def is_safe_id(value: str) -> bool:
+    return bool(SAFE_ID.match(value)) and value not in (".", "..")
+
+
+@dataclass(frozen=True)
+class SealCheck:
+    """Outcome of verifying one attempt's ``COMPLETE`` seal."""
+
+    verified: bool
+    problems: tuple[str, ...]
+    execution_key: str | None
+    sealed_result: str | None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    attempt_id: str
+    path: Path
+    seal: SealCheck
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    case_id: str
+    index: int
+    kind: str
+    changed: Mapping[str, Any]
+    knobs: Mapping[str, Any]
+    operators: Mapping[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenDiffs:
+    """The token-level artifact: enough to recompute the verdict offline."""
+
+    rollout_logprobs: np.ndarray
+    training_logprobs: np.ndarray
+    active_mask: np.ndarray
+    abs_diff: np.ndarray
+    mismatch_mask: np.ndarray
+    threshold: float
+    token_ids: np.ndarray | None  # the selected (scored) token ids when recorded
+
+
+@dataclass(frozen=True)
+class AttemptPayload:
+    """The parsed payloads of one verified attempt."""
+
+    comparison: Mapping[str, Any]
+    requested: Mapping[str, Any]
+    materialized: Mapping[str, Any]
+    actual: Mapping[str, Any]
+    identity: Mapping[str, Any]
+    token_diffs: TokenDiffs | None  # None when the attempt stored no token tensors
+    problems: tuple[str, ...]  # JSON payloads that do not parse
+    tensor_problems: tuple[str, ...]  # tensor payloads that do not load or disagree
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    case_id: str
+    plan_row: PlanRow | None
+    attempts: tuple[AttemptRecord, ...]  # oldest first
+    chosen: AttemptRecord | None  # newest attempt with a verified seal
+    payload: AttemptPayload | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_dir: Path
+    experiment_id: str
+    header: Mapping[str, Any]
+    plan: tuple[PlanRow, ...]
+    cases: tuple[CaseRecord, ...]
+    problems: tuple[str, ...]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_json(path: Path) -> Any:
+    with path.open("r", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def verify_seal(attempt_dir: Path, experiment_id: str, case_id: str) -> SealCheck:
+    """Verify ``COMPLETE`` against the files actually present in ``attempt_dir``."""
+    problems: list[str] = []
+    seal_path = attempt_dir / SEAL_FILE
+    try:
+        mode = os.lstat(seal_path).st_mode
+    except FileNotFoundError:
+        return SealCheck(False, ("COMPLETE is missing (attempt never sealed)",), None, None)
+    if not stat.S_ISREG(mode):
+        return SealCheck(False, ("COMPLETE is not a regular file",), None, None)
+    try:
+        seal = _read_json(seal_path)
+    except (OSError, ValueError) as exc:
+        return SealCheck(False, (f"COMPLETE does not parse: {exc}",), None, None)
+    if not isinstance(seal, dict):
+        return SealCheck(False, ("COMPLETE is not a JSON object",), None, None)
+    key = seal.get("execution_key")
+    result = seal.get("result")
+    execution_key = key if isinstance(key, str) else None
+    sealed_result = result if isinstance(result, str) else None
+    if seal.get("schema") != SEAL_SCHEMA:
+        problems.append(f"COMPLETE schema is {seal.get('schema')!r}, expected {SEAL_SCHEMA!r}")
+    expected_ids = {
+        "experiment_id": experiment_id,
+        "case_id": case_id,
+        "attempt_id": attempt_dir.name,
+    }
+    for field, expected in expected_ids.items():
+        if seal.get(field) != expected:
+            problems.append(f"COMPLETE {field} is {seal.get(field)!r}, expected {expected!r}")
+    files = seal.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        problems.append("COMPLETE has no 'files' mapping of name to sha256")
+        return SealCheck(False, tuple(problems), execution_key, sealed_result)
+    present: dict[str, int] = {}
+    for entry in os.scandir(attempt_dir):
+        if entry.name != SEAL_FILE:
+            present[entry.name] = entry.stat(follow_symlinks=False).st_mode
+    for name in sorted(set(files) - set(present)):
+        problems.append(f"sealed file {name} is missing")
+    for name in sorted(set(present) - set(files)):
+        problems.append(f"file {name} is present but not sealed")
+    for name in PAYLOAD_FILES:
+        if name not in files:
+            problems.append(f"required payload {name} is not sealed")
+    for name in sorted(set(files) - set(PAYLOAD_FILES)):
+        problems.append(f"sealed file {name} is not a payload of xconf.artifacts.v1")
+    for name in sorted(set(files) & set(present)):
+        mode = present[name]
+        if stat.S_ISLNK(mode):
+            problems.append(f"{name} is a symlink")
+        elif not stat.S_ISREG(mode):
+            problems.append(f"{name} is not a regular file")
+        elif sha256_file(attempt_dir / name) != files[name]:
+            problems.append(f"{name} does not match its sealed sha256")
+    return SealCheck(not problems, tuple(problems), execution_key, sealed_result)
+
+
+def _attempt_order(attempt_id: str) -> tuple[int, str]:
+    match = re.match(r"^a-(\d+)$", attempt_id)
+    return (int(match.group(1)) if match else -1, attempt_id)
+
+
+def _load_tensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(path))
+
+
+def _load_token_diffs(attempt_dir: Path, problems: list[str]) -> TokenDiffs | None:
+    try:
+        tensors = _load_tensors(attempt_dir / "token_diffs.safetensors")
+    except Exception as exc:  # safetensors raises several unrelated types on bad input
+        problems.append(f"token_diffs.safetensors does not load: {exc}")
+        return None
+    if not tensors:  # no comparison was possible (error, invalid identity, ...)
+        return None
+    missing = [key for key in TOKEN_DIFF_KEYS if key not in tensors]
+    if missing:
+        problems.append(f"token_diffs.safetensors lacks {', '.join(missing)}")
+        return None
+    shape = tensors["abs_diff"].shape
+    for key in TOKEN_DIFF_KEYS[:-1]:
+        if tensors[key].shape != shape:
+            problems.append(f"token_diffs {key} has shape {tensors[key].shape}, expected {shape}")
+            return None
+    token_ids: np.ndarray | None = None
+    try:
+        score = _load_tensors(attempt_dir / "score_rollout.safetensors")
+        for key in ("selected_token_ids", "token_ids"):  # the scored token first
+            ids = score.get(key)
+            if ids is not None and ids.shape == shape:
+                token_ids = ids
+                break
+    except Exception as exc:
+        problems.append(f"score_rollout.safetensors does not load: {exc}")
+    return TokenDiffs(
+        rollout_logprobs=tensors["rollout_logprobs"].astype(np.float64),
+        training_logprobs=tensors["training_logprobs"].astype(np.float64),
+        active_mask=tensors["active_mask"].astype(bool),
+        abs_diff=tensors["abs_diff"].astype(np.float64),
+        mismatch_mask=tensors["mismatch_mask"].astype(bool),
+        threshold=float(np.asarray(tensors["threshold"]).reshape(-1)[0]),
+        token_ids=token_ids,
+    )
+
+
+def load_payload(attempt_dir: Path) -> AttemptPayload:
+    """Parse a verified attempt's payloads; problems are recorded, never raised."""
+    problems: list[str] = []
+    docs: dict[str, Mapping[str, Any]] = {}
+    for name in ("comparison", "requested", "materialized", "actual", "identity"):
+        try:
+            value = _read_json(attempt_dir / f"{name}.json")
+        except (OSError, ValueError) as exc:
+            problems.append(f"{name}.json does not parse: {exc}")
+            value = {}
+        if not isinstance(value, dict):
+            problems.append(f"{name}.json is not a JSON object")
+        docs[name] = _mapping(value)
+    tensor_problems: list[str] = []
+    return AttemptPayload(
+        comparison=docs["comparison"],
+        requested=docs["requested"],
+        materialized=docs["materialized"],
+        actual=docs["actual"],
+        identity=docs["identity"],
+        token_diffs=_load_token_diffs(attempt_dir, tensor_problems),
+        problems=tuple(problems),
+        tensor_problems=tuple(tensor_problems),
+    )
+
+
+def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
+    rows: list[PlanRow] = []
+    problems: list[str] = []
+    if not path.is_file():
+        return (), ["plan.jsonl is missing"]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ReportError("report.bad_plan", f"cannot read plan.jsonl: {exc}", str(path)) from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            problems.append(f"plan.jsonl line {number} does not parse: {exc}")
+            continue
+        case_id = row.get("case_id") if isinstance(row, dict) else None
+        if not isinstance(case_id, str) or not is_safe_id(case_id):
+            problems.append(f"plan.jsonl line {number} has no valid case_id")
+            continue
+        index = row.get("index")
+        rows.append(
+            PlanRow(
+                case_id=case_id,
+                index=index if isinstance(index, int) else len(rows),
+                kind=str(row.get("kind", "one_at_a_time")),
+                changed=_mapping(row.get("changed")),
+                knobs=_mapping(row.get("knobs")),
+                operators=_mapping(row.get("operators")),
+            )
+        )
+    return tuple(rows), problems
+
+
+def _load_case(case_dir: Path, experiment_id: str, plan_row: PlanRow | None) -> CaseRecord:
+    attempts: list[AttemptRecord] = []
+    if case_dir.is_dir() and not case_dir.is_symlink():
+        for entry in sorted(os.scandir(case_dir), key=lambda e: _attempt_order(e.name)):
+            path = Path(entry.path)
+            if not is_safe_id(entry.name):
+                seal = SealCheck(False, ("attempt id is not a safe id",), None, None)
+            elif entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                seal = SealCheck(False, ("attempt is not a real directory",), None, None)
+            else:
+                seal = verify_seal(path, experiment_id, case_dir.name)
+            attempts.append(AttemptRecord(entry.name, path, seal))
+    chosen = next((a for a in reversed(attempts) if a.seal.verified), None)
+    payload = load_payload(chosen.path) if chosen is not None else None
+    return CaseRecord(case_dir.name, plan_row, tuple(attempts), chosen, payload)
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
+    """Read ``<output root>/<experiment_id>/`` into a :class:`RunRecord`.
+
+    Raises :class:`ReportError` (``report.bad_run_dir``) when the directory is not a
+    run directory at all; everything inside it that is merely broken is recorded.
+    """
+    root = Path(run_dir)
+    if root.is_symlink() or not root.is_dir():
+        raise ReportError("report.bad_run_dir", "not a run directory", str(root))
+    header_path = root / "experiment.json"
+    if not header_path.is_file() or header_path.is_symlink():
+        inside = sorted(
+            p.name
+            for p in root.iterdir()
+            if (p / "experiment.json").is_file() and is_safe_id(p.name)
+        )
+        hint = f"; it holds the runs {', '.join(inside[:5])}: pass one of them" if inside else ""
+        raise ReportError(
+            "report.bad_run_dir", f"no experiment.json: not an xconf run directory{hint}", str(root)
+        )
+    try:
+        header = _read_json(header_path)
+    except (OSError, ValueError) as exc:
+        raise ReportError(
+            "report.bad_header", f"experiment.json does not parse: {exc}", str(header_path)
+        ) from exc
+    if not isinstance(header, dict):
+        raise ReportError("report.bad_header", "experiment.json is not an object", str(header_path))
+    experiment_id = str(header.get("experiment_id") or root.name)
+    problems: list[str] = []
+    if experiment_id != root.name:
+        problems.append(
+            f"experiment.json names {experiment_id!r} but the directory is {root.name!r}"
+        )
+    plan, plan_problems = _parse_plan(root / "plan.jsonl")
+    problems.extend(plan_problems)
+    by_id = {row.case_id: row for row in plan}
+    cases_dir = root / "cases"
+    on_disk: list[str] = []
+    if cases_dir.is_dir() and not cases_dir.is_symlink():
+        for entry in sorted(os.scandir(cases_dir), key=lambda e: e.name):
+            if not is_safe_id(entry.name) or entry.is_symlink() or not entry.is_dir():
+                problems.append(f"cases/{entry.name} is not a valid case directory; ignored")
+                continue
+            on_disk.append(entry.name)
+    order = [row.case_id for row in plan] + [c for c in on_disk if c not in by_id]
+    for case_id in on_disk:
+        if case_id not in by_id:
+            problems.append(f"case {case_id} has attempts but no plan.jsonl row")
+    seen: set[str] = set()
+    cases: list[CaseRecord] = []
+    for case_id in order:
+        if case_id in seen:
+            problems.append(f"plan.jsonl lists case {case_id} more than once")
+            continue
+        seen.add(case_id)
+        cases.append(_load_case(cases_dir / case_id, experiment_id, by_id.get(case_id)))
+    return RunRecord(root, experiment_id, header, plan, tuple(cases), tuple(problems))

@@ -1,0 +1,207 @@
+"""Immutable records of a drift report (``xconf.report.v1``) and their JSON form."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+REPORT_SCHEMA = "xconf.report.v1"
+
+# Verdict-table order after the baseline: failures first, passes last.
+SEVERITY = {
+    "fail": 0,
+    "invalid_identity": 1,
+    "invalid_artifact": 2,
+    "error": 3,
+    "zero_active_tokens": 4,
+    "not_run": 5,
+    "pass": 6,
+}
+RESULTS = tuple(SEVERITY)
+
+
+@dataclass(frozen=True)
+class DiffStats:
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """|diff| of the active tokens in logarithmic bins; exact zeros counted apart."""
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    zero_count: int
+    threshold_line: float
+    above_threshold: int
+
+
+@dataclass(frozen=True)
+class ProfilePoint:
+    position: int
+    active: int
+    mean_abs_diff: float | None
+    max_abs_diff: float | None
+
+
+@dataclass(frozen=True)
+class WorstToken:
+    batch: int
+    position: int
+    token_id: int | None
+    text: str | None
+    rollout_logprob: float | None
+    training_logprob: float | None
+    abs_diff: float | None
+    mismatch: bool
+
+
+@dataclass(frozen=True)
+class KnobRow:
+    """One knob on one side: requested → materialized → actual."""
+
+    side: str
+    path: str
+    requested: Any
+    materialized: Any
+    actual: Any
+    status: str | None
+    evidence: str | None
+    lifecycle: str | None
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    attempt_id: str
+    seal_verified: bool
+    problems: tuple[str, ...]
+    sealed_result: str | None
+    execution_key: str | None
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class CaseReport:
+    case_id: str
+    index: int
+    kind: str
+    changed: tuple[tuple[str, Any], ...]
+    label: str
+    is_baseline: bool
+    result: str
+    reason: str | None
+    active_tokens: int | None
+    mismatches: int | None
+    mismatch_ratio: float | None
+    diff: DiffStats
+    approx_kl: float | None
+    threshold: float | None
+    threshold_dtype: str | None
+    threshold_rule: str | None
+    contract_version: str | None
+    contract_sha256: str | None
+    rollout_dtype: str | None
+    training_dtype: str | None
+    operators: Mapping[str, Any]
+    attempt_id: str | None
+    seal_verified: bool
+    recomputed: str
+    histogram: Histogram | None
+    drift_profile: tuple[ProfilePoint, ...]
+    worst_tokens: tuple[WorstToken, ...]
+    materialization: tuple[KnobRow, ...]
+    attempts: tuple[AttemptInfo, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def severity(self) -> int:
+        return SEVERITY.get(self.result, SEVERITY["invalid_artifact"])
+
+
+@dataclass(frozen=True)
+class AttributionRow:
+    """One intervention's drift beside the baseline's."""
+
+    case_id: str
+    knobs: tuple[str, ...]
+    label: str
+    kind: str
+    result: str
+    baseline_max_abs_diff: float | None
+    max_abs_diff: float | None
+    baseline_mismatch_ratio: float | None
+    mismatch_ratio: float | None
+    delta_mismatch_ratio: float | None
+    log10_shift: float | None  # log10((max + eps) / (baseline max + eps))
+
+
+@dataclass(frozen=True)
+class KnobRank:
+    """How far changing one knob (or one pair) moves drift, over its cases."""
+
+    rank: int
+    knob: str
+    case_ids: tuple[str, ...]
+    worst_case_id: str
+    results: tuple[str, ...]
+    max_abs_diff: float | None
+    mismatch_ratio: float | None
+    delta_mismatch_ratio: float | None
+    log10_shift: float | None
+
+
+@dataclass(frozen=True)
+class ContractUse:
+    version: str | None
+    sha256: str | None
+    thresholds: tuple[tuple[str, float], ...]  # (dtype, threshold) seen in the run
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    schema: str
+    experiment_id: str
+    run_dir: str
+    header: Mapping[str, Any]
+    baseline_case_id: str | None
+    cases: tuple[CaseReport, ...]  # verdict-table order
+    counts: Mapping[str, int]
+    attribution: tuple[AttributionRow, ...]
+    knob_ranking: tuple[KnobRank, ...]
+    contracts: tuple[ContractUse, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def baseline(self) -> CaseReport | None:
+        return next((c for c in self.cases if c.is_baseline), None)
+
+    @property
+    def failures(self) -> tuple[CaseReport, ...]:
+        return tuple(c for c in self.cases if c.result == "fail")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data (non-finite floats become ``None``)."""
+        result = _jsonable(dataclasses.asdict(self))
+        if not isinstance(result, dict):  # pragma: no cover - asdict returns a dict
+            raise TypeError("report did not serialise to an object")
+        return result
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)

@@ -1,0 +1,108 @@
+"""Write a report file atomically (temporary file in the same directory, then rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xconf.report.build import build_report
+from xconf.report.errors import ReportError
+from xconf.report.model import ReportData
+from xconf.report.tokens import DecoderFactory
+
+FORMATS = ("html", "json")
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    path: Path
+    format: str
+    data: ReportData
+
+
+def render(data: ReportData, fmt: str) -> str:
+    """The report as text in ``fmt`` (``html`` or ``json``)."""
+    if fmt == "json":
+        return json.dumps(data.to_json_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    if fmt == "html":
+        from xconf.report.html import render_html
+
+        return render_html(data)
+    raise ReportError("report.bad_format", f"unknown report format {fmt!r}", "format")
+
+
+def default_output(run_dir: str | os.PathLike[str], fmt: str) -> Path:
+    return Path(run_dir) / f"report.{fmt}"
+
+
+def write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is meant to be shared
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ReportError(
+            "report.write_failed", f"cannot write the report: {exc}", str(path)
+        ) from exc
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    output_path: str | os.PathLike[str] | None = None,
+    *,
+    fmt: str | None = None,
+    decoder_factory: DecoderFactory | None = None,
+) -> WrittenReport:
+    """Build the report of ``run_dir`` and write it; the default is ``RUN_DIR/report.html``.
+
+    The format follows ``fmt``, else the output suffix (``.json`` → JSON), else HTML.
+    """
+    if fmt is None:
+        fmt = "json" if output_path is not None and str(output_path).endswith(".json") else "html"
+    if fmt not in FORMATS:
+        raise ReportError("report.bad_format", f"unknown report format {fmt!r}", "format")
+    data = build_report(run_dir, decoder_factory=decoder_factory)
+    path = Path(output_path) if output_path is not None else default_output(run_dir, fmt)
+    write_text(path, render(data, fmt))
+    return WrittenReport(path, fmt, data)
+
+
+def report_after_run(
+    run_dir: str | os.PathLike[str],
+    console: Any,
+    output_path: str | os.PathLike[str] | None = None,
+    *,
+    table: bool = False,
+) -> WrittenReport | None:
+    """Write ``RUN_DIR/report.html`` at the end of a run or sweep and point at it.
+
+    A report that cannot be written never changes the run's outcome: the coded error is
+    printed as a warning and ``None`` is returned. ``table=False`` prints only the
+    counts, the knob that moves drift most and the report path (the run has already
+    printed its own verdict table).
+    """
+    from xconf.errors import XconfError
+    from xconf.report.terminal import render_terminal_summary
+
+    try:
+        written = write_report(run_dir, output_path)
+    except XconfError as exc:
+        from rich.text import Text
+
+        console.print(
+            Text.assemble(("report not written ", "yellow"), f"[{exc.code}] {exc.message}")
+        )
+        return None
+    render_terminal_summary(written.data, console, written.path, table=table)
+    return written
