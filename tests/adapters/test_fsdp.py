@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.adapters.conftest import needs_hf
+
+pytestmark = [needs_hf, pytest.mark.slow]
 WORLD = 2
 TIMEOUT_S = 240
 
@@ -32,14 +34,18 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=__import__("datetime").timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD, timeout=__import__("datetime").timedelta(seconds=120)
+    )
     try:
         batch = FrozenBatch(
             (FrozenSample((5, 6, 7), (8, 9, 10, 11)), FrozenSample((12, 13), (14, 15, 16))),
             pad_token_id=0,
         )
         plain = HFTrainingScorer(TrainingScorerConfig(model_path=model_path)).score(batch, 2)
-        sharded_scorer = HFTrainingScorer(TrainingScorerConfig(model_path=model_path, sharding="fsdp"))
+        sharded_scorer = HFTrainingScorer(
+            TrainingScorerConfig(model_path=model_path, sharding="fsdp")
+        )
         sharded = sharded_scorer.score(batch, 2)
         back = sharded_scorer.readback()
         result = {
@@ -60,8 +66,11 @@ def test_fsdp2_two_ranks_bitwise_equal_to_unsharded(model_record: Any, tmp_path:
 
     started = time.perf_counter()
     ctx = mp.start_processes(
-        _rank_main, args=(model_record.path, _free_port(), str(tmp_path)), nprocs=WORLD,
-        join=False, start_method="spawn",
+        _rank_main,
+        args=(model_record.path, _free_port(), str(tmp_path)),
+        nprocs=WORLD,
+        join=False,
+        start_method="spawn",
     )
     deadline = time.monotonic() + TIMEOUT_S
     try:

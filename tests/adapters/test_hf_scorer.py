@@ -7,10 +7,13 @@ from typing import Any
 import pytest
 import torch
 
+from tests.adapters.conftest import needs_hf
 from xconf.adapters.errors import ReadOnlyViolationError, ScoringError, UnsupportedKnobError
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 from xconf.adapters.hf.model import TrainingScorerConfig
 from xconf.adapters.hf.scorer import HFTrainingScorer, native_selected_logprob
+
+pytestmark = needs_hf
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.adapters.conftest import needs_hf
 from xconf.adapters.models import ModelSpec, ensure_model
+
+pytestmark = needs_hf
 
 
 def test_same_spec_same_digests_in_fresh_caches(tmp_path: Path, model_record) -> None:

@@ -36,32 +36,53 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
     from xconf.schema import Intervention
 
     os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(WORLD), XCONF_MODEL_CACHE=model_cache,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        XCONF_MODEL_CACHE=model_cache,
     )
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=300)
+    )
     try:
         spec = _spec(["rollout.tensor_parallel_size=2", "training.sharding=fsdp"])
-        spec = replace(spec, interventions=(Intervention("training.attention_backend", ("eager",)),))
+        spec = replace(
+            spec, interventions=(Intervention("training.attention_backend", ("eager",)),)
+        )
         prepared = prepare(spec, output_root=out_dir, allow_smoke_operators=False, device="cpu")
         summary = run_prepared(prepared, VllmHfRuntime(model_cache=model_cache), resume=False)
         rows = [
-            {"label": r.label, "result": r.result, "max": r.max_abs_diff, "case": r.case_id,
-             "attempt": r.attempt_id, "reason": r.reason}
+            {
+                "label": r.label,
+                "result": r.result,
+                "max": r.max_abs_diff,
+                "case": r.case_id,
+                "attempt": r.attempt_id,
+                "reason": r.reason,
+            }
             for r in summary.records
         ]
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "dir": summary.experiment_dir}))
+        Path(out_dir, f"rank{rank}.json").write_text(
+            json.dumps({"rows": rows, "dir": summary.experiment_dir})
+        )
     finally:
         dist.destroy_process_group()
 
 
-def test_tp2_rollout_and_fsdp_training_on_two_ranks(model_record: Any, model_cache: str, tmp_path: Path) -> None:
+def test_tp2_rollout_and_fsdp_training_on_two_ranks(
+    model_record: Any, model_cache: str, tmp_path: Path
+) -> None:
     import torch.multiprocessing as mp
 
     started = time.perf_counter()
     ctx = mp.start_processes(
-        _rank_main, args=(_free_port(), model_cache, str(tmp_path)), nprocs=WORLD,
-        join=False, start_method="spawn",
+        _rank_main,
+        args=(_free_port(), model_cache, str(tmp_path)),
+        nprocs=WORLD,
+        join=False,
+        start_method="spawn",
     )
     deadline = time.monotonic() + TIMEOUT_S
     try:
@@ -79,7 +100,9 @@ def test_tp2_rollout_and_fsdp_training_on_two_ranks(model_record: Any, model_cac
     assert rows["training.attention_backend=eager"]["result"] == "pass"
     base = rows["baseline"]
     actual = json.loads(
-        (Path(ranks[0]["dir"]) / "cases" / base["case"] / base["attempt"] / "actual.json").read_text()
+        (
+            Path(ranks[0]["dir"]) / "cases" / base["case"] / base["attempt"] / "actual.json"
+        ).read_text()
     )
     knobs = {(k["side"], k["path"]): k for side in actual["sides"].values() for k in side}
     assert knobs[("rollout", "rollout.tensor_parallel_size")]["actual"] == 2

@@ -93,7 +93,9 @@ def test_every_knob_is_read_back_from_the_live_engines(s2_run: Any) -> None:
             assert knob["status"] == "applied", knob
             assert knob["actual"] == knob["materialized"], knob
     identity = json.loads(
-        (prepared.store.path / "cases" / base.case_id / base.attempt_id / "identity.json").read_text()
+        (
+            prepared.store.path / "cases" / base.case_id / base.attempt_id / "identity.json"
+        ).read_text()
     )
     assert identity["checkpoint_id"].startswith("sha256:")
     assert identity["recipe"]["kind"] == "vllm_baseline_rollout"

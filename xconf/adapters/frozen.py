@@ -50,11 +50,14 @@ class FrozenBatch:
 
     def __post_init__(self) -> None:
         if not self.samples:
-            raise IdentityViolationError("identity.empty", "no frozen samples", "identity.token_ids")
+            raise IdentityViolationError(
+                "identity.empty", "no frozen samples", "identity.token_ids"
+            )
         for i, s in enumerate(self.samples):
             if not s.prompt_ids or not s.response_ids:
                 raise IdentityViolationError(
-                    "identity.empty_sample", "prompt and response must be non-empty",
+                    "identity.empty_sample",
+                    "prompt and response must be non-empty",
                     f"identity.token_ids[{i}]",
                 )
 
@@ -65,7 +68,9 @@ class FrozenBatch:
     def chunks(self, batch_size: int) -> list[list[int]]:
         """Sample indices grouped into requests of ``batch_size`` (the last may be short)."""
         if batch_size < 1:
-            raise ScoringError("runtime.invalid_batch_size", "batch.size must be >= 1", "batch.size")
+            raise ScoringError(
+                "runtime.invalid_batch_size", "batch.size must be >= 1", "batch.size"
+            )
         idx = list(range(len(self.samples)))
         return [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
 
@@ -73,13 +78,20 @@ class FrozenBatch:
         """The core identity's token-level rows for these samples."""
         width = self.width
         rows: dict[str, list[list[int]]] = {
-            k: [] for k in ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
+            k: []
+            for k in (
+                "token_ids",
+                "selected_token_ids",
+                "active_mask",
+                "attention_mask",
+                "position_ids",
+            )
         }
         for s in self.samples:
             pad = width - s.length
             ids = list(s.token_ids) + [self.pad_token_id] * pad
             rows["token_ids"].append(ids)
-            rows["selected_token_ids"].append(ids[1:] + [self.pad_token_id])
+            rows["selected_token_ids"].append([*ids[1:], self.pad_token_id])
             first = len(s.prompt_ids) - 1
             rows["active_mask"].append(
                 [1 if first <= t < s.length - 1 else 0 for t in range(width)]
@@ -173,7 +185,9 @@ def assemble_scores(
 
     if len(per_sample) != len(batch.samples):
         raise ScoringError(
-            "runtime.score_shape", f"{len(per_sample)} samples scored, expected {len(batch.samples)}", side
+            "runtime.score_shape",
+            f"{len(per_sample)} samples scored, expected {len(batch.samples)}",
+            side,
         )
     out = torch.zeros((len(batch.samples), batch.width), dtype=torch.float32)
     for b, positions in enumerate(per_sample):

@@ -12,14 +12,20 @@ from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 SHARDINGS = ("unsharded", "fsdp2")
-_SHARDING_ALIASES = {"none": "unsharded", "unsharded": "unsharded", "fsdp": "fsdp2", "fsdp2": "fsdp2"}
+_SHARDING_ALIASES = {
+    "none": "unsharded",
+    "unsharded": "unsharded",
+    "fsdp": "fsdp2",
+    "fsdp2": "fsdp2",
+}
 
 
 def normalize_sharding(value: str) -> str:
     key = str(value).strip().lower()
     if key not in _SHARDING_ALIASES:
         raise UnsupportedKnobError(
-            "unsupported_value", f"sharding {value!r} not in {sorted(_SHARDING_ALIASES)}",
+            "unsupported_value",
+            f"sharding {value!r} not in {sorted(_SHARDING_ALIASES)}",
             "training.sharding",
         )
     return _SHARDING_ALIASES[key]
@@ -44,12 +50,14 @@ class TrainingScorerConfig:
             )
         if self.attention_backend == "flash_attention_2" and self.device == "cpu":
             raise UnsupportedKnobError(
-                "unsupported_on_device", "flash_attention_2 needs CUDA; this scorer runs on CPU",
+                "unsupported_on_device",
+                "flash_attention_2 needs CUDA; this scorer runs on CPU",
                 "training.attention_backend",
             )
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise UnsupportedKnobError(
-                "unsupported_value", f"compute dtype {self.compute_dtype!r} not in {COMPUTE_DTYPES}",
+                "unsupported_value",
+                f"compute dtype {self.compute_dtype!r} not in {COMPUTE_DTYPES}",
                 "training.compute_dtype",
             )
         normalize_sharding(self.sharding)
@@ -73,7 +81,7 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
     model = AutoModelForCausalLM.from_pretrained(
         cfg.model_path, dtype=dtype, attn_implementation=cfg.attention_backend
     )
-    model.to(cfg.device)
+    model.to(cfg.device)  # type: ignore[arg-type]
     return model
 
 
@@ -82,7 +90,8 @@ def decoder_layers(model: Any) -> list[Any]:
     layers = getattr(inner, "layers", None)
     if layers is None:
         raise UnsupportedKnobError(
-            "unsupported_architecture", f"{type(model).__name__} has no model.layers to shard",
+            "unsupported_architecture",
+            f"{type(model).__name__} has no model.layers to shard",
             "training.sharding",
         )
     return list(layers)

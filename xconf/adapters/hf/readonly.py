@@ -60,7 +60,9 @@ def restore_modes(model: Any, snapshot: tuple[tuple[str, bool], ...]) -> None:
 
 def check_unchanged(before: StateDigest, after: StateDigest, where: str) -> None:
     if before.parameters != after.parameters:
-        raise ReadOnlyViolationError("parameters_changed", "a parameter changed while scoring", where)
+        raise ReadOnlyViolationError(
+            "parameters_changed", "a parameter changed while scoring", where
+        )
     if before.buffers != after.buffers:
         raise ReadOnlyViolationError("buffers_changed", "a buffer changed while scoring", where)
     if before.grads != after.grads:

@@ -45,10 +45,13 @@ def _selected(op: SelectedLogprobOp, logits: Any, targets: Any, active: Any) -> 
 
     out = op(logits, targets, active)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
-        raise ScoringError("operator_output", "selected-logprob operator must return float32", "logp.backend")
+        raise ScoringError(
+            "operator_output", "selected-logprob operator must return float32", "logp.backend"
+        )
     if tuple(out.shape) != (targets.shape[0],):
         raise ScoringError(
-            "operator_output", f"operator returned shape {tuple(out.shape)}, expected ({targets.shape[0]},)",
+            "operator_output",
+            f"operator returned shape {tuple(out.shape)}, expected ({targets.shape[0]},)",
             "logp.backend",
         )
     return out

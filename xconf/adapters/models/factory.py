@@ -121,6 +121,7 @@ def _hf_config(spec: ModelSpec, eos_token_id: int) -> Any:
         initializer_range=spec.init_std,
         architectures=[_ARCH_CLASS[spec.arch]],
     )
+    cfg: Any
     if spec.arch == "qwen3":
         cfg = Qwen3Config(**common)
     elif spec.arch == "llama":
@@ -137,7 +138,9 @@ def _deterministic_state_dict(spec: ModelSpec, cfg: Any) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+        shapes = {
+            k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()
+        }
     gen = torch.Generator(device="cpu").manual_seed(spec.seed)
     out: dict[str, Any] = {}
     for name in sorted(shapes):
@@ -243,5 +246,7 @@ def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = N
         shutil.rmtree(tmp, ignore_errors=True)
     record = _load_verified(target, spec)
     if record is None:
-        raise ModelFactoryError("model_verify_failed", "built checkpoint failed verification", str(target))
+        raise ModelFactoryError(
+            "model_verify_failed", "built checkpoint failed verification", str(target)
+        )
     return record

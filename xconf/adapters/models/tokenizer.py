@@ -35,12 +35,51 @@ Question: what is two plus three? Answer: five. Question: and four times six?
 Matrices multiply rows by columns; softmax turns scores into probabilities.
 """
 
-_WORDS = (
-    "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega "
-    "token logit prompt response mask position cache prefix decode prefill "
-    "tensor shard rank world gather reduce scatter kernel float bfloat half "
-    "red green blue yellow river mountain forest ocean city garden window"
-).split()
+_WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+    "token",
+    "logit",
+    "prompt",
+    "response",
+    "mask",
+    "position",
+    "cache",
+    "prefix",
+    "decode",
+    "prefill",
+    "tensor",
+    "shard",
+    "rank",
+    "world",
+    "gather",
+    "reduce",
+    "scatter",
+    "kernel",
+    "float",
+    "bfloat",
+    "half",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "river",
+    "mountain",
+    "forest",
+    "ocean",
+    "city",
+    "garden",
+    "window",
+]
 
 
 def corpus() -> list[str]:
@@ -96,6 +135,10 @@ def train_tokenizer(vocab_size: int, out_dir: Path, model_max_length: int) -> To
     tok_path = out_dir / "tokenizer.json"
     tok.save(str(tok_path), pretty=False)
     eos_id = tok.token_to_id(EOS_TOKEN)
+    if eos_id is None:
+        raise ModelFactoryError(
+            "tokenizer_no_eos", f"{EOS_TOKEN} missing from the vocabulary", "tokenizer"
+        )
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "eos_token": EOS_TOKEN,

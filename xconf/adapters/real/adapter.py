@@ -27,18 +27,27 @@ ADAPTER_VERSION = "1"
 
 
 def _app(
-    path: str, side: Side, requested: KnobValue, materialized: KnobValue | None,
-    status: KnobStatus, evidence: str,
+    path: str,
+    side: Side,
+    requested: KnobValue,
+    materialized: KnobValue | None,
+    status: KnobStatus,
+    evidence: str,
 ) -> KnobApplication:
-    return KnobApplication(path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence)
+    return KnobApplication(
+        path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence
+    )
 
 
 def _process_group() -> tuple[tuple[str, Any], ...]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return (("backend", str(dist.get_backend())), ("rank", dist.get_rank()),
-                ("world_size", dist.get_world_size()))
+        return (
+            ("backend", str(dist.get_backend())),
+            ("rank", dist.get_rank()),
+            ("world_size", dist.get_world_size()),
+        )
     return (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 
@@ -78,7 +87,9 @@ class VllmHfRuntime:
         if _world_size() > 1:  # under a launcher: the baseline engine core gets its own process
             options["in_process"] = False
         frozen, self._record = freeze(
-            identity, default_model=self.default_model, cache_dir=self.model_cache,
+            identity,
+            default_model=self.default_model,
+            cache_dir=self.model_cache,
             engine_options=options,
         )
         return frozen
@@ -95,36 +106,87 @@ class VllmHfRuntime:
     def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
         spec = self.record
         if path == "batch.size":
-            return _app(path, side, value, value, "applied", "frozen samples chunked into requests of this size")
+            return _app(
+                path,
+                side,
+                value,
+                value,
+                "applied",
+                "frozen samples chunked into requests of this size",
+            )
         if path == "rollout.tensor_parallel_size":
             heads = _heads(spec)
             cores = os.cpu_count() or 1
             world = _world_size()
             if any(h % int(value) for h in heads):
-                return _app(path, side, value, None, "unsupported", f"{heads} heads do not split over TP={value}")
+                return _app(
+                    path,
+                    side,
+                    value,
+                    None,
+                    "unsupported",
+                    f"{heads} heads do not split over TP={value}",
+                )
             if self.device == "cpu" and int(value) > cores:
-                return _app(path, side, value, None, "unsupported", f"TP={value} needs {value} cores, {cores} here")
+                return _app(
+                    path,
+                    side,
+                    value,
+                    None,
+                    "unsupported",
+                    f"TP={value} needs {value} cores, {cores} here",
+                )
             if world > 1 and int(value) not in (1, world):
-                return _app(path, side, value, None, "unsupported",
-                            f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})")
-            return _app(path, side, value, value, "applied", _rollout_executor(int(value), world)[2])
+                return _app(
+                    path,
+                    side,
+                    value,
+                    None,
+                    "unsupported",
+                    f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
+                )
+            return _app(
+                path, side, value, value, "applied", _rollout_executor(int(value), world)[2]
+            )
         if path == "rollout.context_parallel_size":
             if value == 1:
                 return _app(path, side, value, 1, "applied", "no context parallelism")
-            return _app(path, side, value, None, "unsupported", f"vLLM on {self.device} has no context-parallel rollout here")
+            return _app(
+                path,
+                side,
+                value,
+                None,
+                "unsupported",
+                f"vLLM on {self.device} has no context-parallel rollout here",
+            )
         if path == "training.attention_backend":
             if value == "flash_attention_2" and self.device == "cpu":
                 return _app(path, side, value, None, "unsupported", "flash_attention_2 needs CUDA")
             chosen = "sdpa" if value == "native" else value
-            return _app(path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}")
+            return _app(
+                path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}"
+            )
         if path == "training.sharding":
             if value == "unsharded":
                 return _app(path, side, value, value, "applied", "one unsharded module")
             world = dict(_process_group())["world_size"]
             if world < 2:
-                return _app(path, side, value, None, "unsupported",
-                            "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)")
-            return _app(path, side, value, value, "applied", f"FSDP2 fully_shard per decoder layer over {world} ranks")
+                return _app(
+                    path,
+                    side,
+                    value,
+                    None,
+                    "unsupported",
+                    "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
+                )
+            return _app(
+                path,
+                side,
+                value,
+                value,
+                "applied",
+                f"FSDP2 fully_shard per decoder layer over {world} ranks",
+            )
         return _app(path, side, value, value, "applied", "set at engine construction")
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
@@ -141,11 +203,16 @@ class VllmHfRuntime:
                 world, rank = _world_size(), dict(_process_group())["rank"]
                 executor, in_process, _ = _rollout_executor(tp, world)
                 backend = {"external_launcher": "vllm-external-launcher"}.get(
-                    executor, "vllm-in-process" if in_process and tp == 1 else
-                    ("vllm-multiproc" if tp > 1 else "vllm-engine-subprocess"))
+                    executor,
+                    "vllm-in-process"
+                    if in_process and tp == 1
+                    else ("vllm-multiproc" if tp > 1 else "vllm-engine-subprocess"),
+                )
                 context: tuple[tuple[str, Any], ...] = (
-                    ("backend", backend), ("rank", rank if executor == "external_launcher" else 0),
-                    ("world_size", tp), ("launcher_world_size", world),
+                    ("backend", backend),
+                    ("rank", rank if executor == "external_launcher" else 0),
+                    ("world_size", tp),
+                    ("launcher_world_size", world),
                 )
                 dtype = knobs["rollout.dtype"]
             else:
@@ -173,7 +240,10 @@ class VllmHfRuntime:
             native = case.operator("rollout").runtime_native
             tp = int(values["rollout.tensor_parallel_size"] or 1)
             executor, in_process, _ = _rollout_executor(tp, _world_size())
-            options = {**self.engine_options, "in_process": in_process and self.engine_options["in_process"]}
+            options = {
+                **self.engine_options,
+                "in_process": in_process and self.engine_options["in_process"],
+            }
             if executor == "external_launcher":
                 options["in_process"] = True
             cfg = RolloutEngineConfig(
@@ -224,9 +294,17 @@ def _world_size() -> int:
 def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
     """(executor, engine core in-process?, evidence) for a rollout TP inside a launcher world."""
     if world > 1 and tp == world:
-        return "external_launcher", True, f"vLLM external_launcher: one TP rank per launcher rank ({world})"
+        return (
+            "external_launcher",
+            True,
+            f"vLLM external_launcher: one TP rank per launcher rank ({world})",
+        )
     if world > 1:
-        return "auto", False, f"engine core in its own process on each of the {world} launcher ranks"
+        return (
+            "auto",
+            False,
+            f"engine core in its own process on each of the {world} launcher ranks",
+        )
     if tp == 1:
         return "auto", True, "in-process engine"
     return "auto", True, "multiprocess executor, one worker per TP rank"

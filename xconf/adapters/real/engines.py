@@ -18,17 +18,26 @@ def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
     import torch
 
     layout = batch.layout()
-    for name in ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids"):
+    for name in (
+        "token_ids",
+        "selected_token_ids",
+        "active_mask",
+        "attention_mask",
+        "position_ids",
+    ):
         given = getattr(inputs, name)
         expected = torch.tensor(layout[name], dtype=given.dtype)
         if given.shape != expected.shape or not torch.equal(given, expected):
             raise IdentityViolationError(
-                "identity.inputs_mismatch", f"frozen inputs disagree with the identity on {name}",
+                "identity.inputs_mismatch",
+                f"frozen inputs disagree with the identity on {name}",
                 f"identity.{name}",
             )
 
 
-def _side_score(inputs: FrozenInputs, identity: Identity, logprobs: Any, evidence: ReadOnlyEvidence) -> SideScore:
+def _side_score(
+    inputs: FrozenInputs, identity: Identity, logprobs: Any, evidence: ReadOnlyEvidence
+) -> SideScore:
     return SideScore(
         logprobs=logprobs,
         scored_token_ids=inputs.token_ids.clone(),
@@ -63,7 +72,11 @@ class VllmRolloutSide:
         return hashlib.sha256("|".join(digests).encode()).hexdigest()
 
     def score(
-        self, inputs: FrozenInputs, identity: Identity, batch_size: int, operator: SelectedLogprobOp | None
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
     ) -> SideScore:
         from xconf.adapters.vllm.scorer import score_frozen
 
@@ -108,7 +121,11 @@ class HfTrainingSide:
         self.scorer = HFTrainingScorer(cfg)
 
     def score(
-        self, inputs: FrozenInputs, identity: Identity, batch_size: int, operator: SelectedLogprobOp | None
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
     ) -> SideScore:
         batch = FrozenBatch.from_identity(identity)
         _check_inputs(inputs, batch)

@@ -38,7 +38,9 @@ def model_spec(options: Mapping[str, Any] | None) -> ModelSpec:
     for key in options:
         if key not in allowed:
             raise IdentityViolationError(
-                "config.unknown_key", f"unknown model option '{key}'", f"identity.recipe.model.{key}"
+                "config.unknown_key",
+                f"unknown model option '{key}'",
+                f"identity.recipe.model.{key}",
             )
     return ModelSpec(**options)
 

@@ -8,6 +8,7 @@ constructed engine actually uses (its resolved ``vllm_config`` and, through
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -55,7 +56,8 @@ class RolloutEngineConfig:
             )
         if self.tensor_parallel_size < 1:
             raise UnsupportedKnobError(
-                "unsupported_value", "tensor_parallel_size must be >= 1",
+                "unsupported_value",
+                "tensor_parallel_size must be >= 1",
                 "rollout.tensor_parallel_size",
             )
         if self.logprobs_mode not in ("raw_logprobs", "raw_logits"):
@@ -68,12 +70,14 @@ class RolloutEngineConfig:
             )
         if self.executor == "external_launcher" and not self.in_process:
             raise UnsupportedKnobError(
-                "unsupported_value", "external_launcher needs the engine core in-process",
+                "unsupported_value",
+                "external_launcher needs the engine core in-process",
                 "rollout.tensor_parallel_size",
             )
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
-                "unsupported_value", "kv_cache_memory_bytes must be positive",
+                "unsupported_value",
+                "kv_cache_memory_bytes must be positive",
                 "rollout.kv_cache_memory_bytes",
             )
 
@@ -110,7 +114,10 @@ def _configure_env(cfg: RolloutEngineConfig) -> None:
         pass
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc readback
-    if cfg.tensor_parallel_size > 1 and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
+    if (
+        cfg.tensor_parallel_size > 1
+        and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto"
+    ):
         try:
             from vllm.platforms import current_platform
 
@@ -246,10 +253,8 @@ class VllmRolloutEngine:
             del llm
             gc.collect()
             return
-        try:
+        with contextlib.suppress(Exception):  # a dead engine core must not block cleanup
             llm.llm_engine.engine_core.shutdown()
-        except Exception:
-            pass
         del llm
         if not self.cfg.in_process:
             gc.collect()

@@ -41,18 +41,24 @@ def generate_responses(
     prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     params = [
         SamplingParams(
-            max_tokens=response_len, temperature=temperature, seed=seed + i,
-            ignore_eos=True, detokenize=False,
+            max_tokens=response_len,
+            temperature=temperature,
+            seed=seed + i,
+            ignore_eos=True,
+            detokenize=False,
         )
         for i in range(len(prompts))
     ]
-    outs = engine.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+    outs = engine.llm.generate(
+        [{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False
+    )
     samples = []
     for ids, out in zip(prompt_ids, outs, strict=True):
         resp = tuple(int(t) for t in out.outputs[0].token_ids)
         if len(resp) != response_len:
             raise ScoringError(
-                "runtime.short_response", f"generated {len(resp)} of {response_len} tokens",
+                "runtime.short_response",
+                f"generated {len(resp)} of {response_len} tokens",
                 "identity.recipe.response_len",
             )
         samples.append(FrozenSample(tuple(ids), resp))
@@ -62,22 +68,32 @@ def generate_responses(
 
 def _entry_value(entry: dict[int, Any] | None, token: int, where: str) -> float:
     if not entry or token not in entry:
-        raise ScoringError("runtime.missing_logprob", f"engine returned nothing for token {token}", where)
+        raise ScoringError(
+            "runtime.missing_logprob", f"engine returned nothing for token {token}", where
+        )
     return float(entry[token].logprob)
 
 
 def _select(
-    entries: list[dict[int, Any] | None], targets: list[int], op: SelectedLogprobOp | None, where: str
+    entries: list[dict[int, Any] | None],
+    targets: list[int],
+    op: SelectedLogprobOp | None,
+    where: str,
 ) -> list[float]:
     """Native: the engine's raw logprob. Operator: op over the engine's full logits rows."""
     if op is None:
-        return [_entry_value(e, t, f"{where}[{k}]") for k, (e, t) in enumerate(zip(entries, targets, strict=True))]
+        return [
+            _entry_value(e, t, f"{where}[{k}]")
+            for k, (e, t) in enumerate(zip(entries, targets, strict=True))
+        ]
     import torch
 
     rows = []
     for k, entry in enumerate(entries):
         if not entry:
-            raise ScoringError("runtime.missing_logits", "engine returned no logits row", f"{where}[{k}]")
+            raise ScoringError(
+                "runtime.missing_logits", "engine returned no logits row", f"{where}[{k}]"
+            )
         row = torch.full((max(entry) + 1,), float("-inf"), dtype=torch.float32)
         for tok, lp in entry.items():
             row[tok] = float(lp.logprob)
@@ -88,8 +104,14 @@ def _select(
         logits[k, : r.shape[0]] = r
     target = torch.tensor(targets, dtype=torch.long)
     out = op(logits, target, torch.ones(len(rows), dtype=torch.bool))
-    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or tuple(out.shape) != (len(rows),):
-        raise ScoringError("runtime.operator_output", "operator must return float32 [N]", "logp.backend")
+    if (
+        not isinstance(out, torch.Tensor)
+        or out.dtype != torch.float32
+        or tuple(out.shape) != (len(rows),)
+    ):
+        raise ScoringError(
+            "runtime.operator_output", "operator must return float32 [N]", "logp.backend"
+        )
     return [float(v) for v in out]
 
 
@@ -100,13 +122,18 @@ def _score_decode(
 
     params = [
         SamplingParams(
-            max_tokens=len(s.response_ids), temperature=0.0, logprobs=engine.logprobs_k,
-            ignore_eos=True, detokenize=False,
+            max_tokens=len(s.response_ids),
+            temperature=0.0,
+            logprobs=engine.logprobs_k,
+            ignore_eos=True,
+            detokenize=False,
             extra_args={FORCED_TOKENS_KEY: list(s.response_ids)},
         )
         for s in samples
     ]
-    outs = engine.llm.generate([{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False)
+    outs = engine.llm.generate(
+        [{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False
+    )
     engine.note_request(len(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
@@ -119,7 +146,9 @@ def _score_decode(
                 "identity.token_ids",
             )
         if comp.logprobs is None or len(comp.logprobs) != len(got):
-            raise ScoringError("runtime.missing_logprob", "decode returned no per-token logprobs", "rollout")
+            raise ScoringError(
+                "runtime.missing_logprob", "decode returned no per-token logprobs", "rollout"
+            )
         values = _select(list(comp.logprobs), list(got), op, "rollout.decode")
         base = len(s.prompt_ids) - 1
         result.append({base + k: v for k, v in enumerate(values)})
@@ -134,13 +163,17 @@ def _score_prefill(
     params = SamplingParams(
         max_tokens=1, temperature=0.0, prompt_logprobs=engine.logprobs_k, detokenize=False
     )
-    outs = engine.llm.generate([{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False)
+    outs = engine.llm.generate(
+        [{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False
+    )
     engine.note_request(len(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
         plp = out.prompt_logprobs
         if plp is None or len(plp) != s.length:
-            raise ScoringError("runtime.missing_logprob", "prefill returned no prompt logprobs", "rollout")
+            raise ScoringError(
+                "runtime.missing_logprob", "prefill returned no prompt logprobs", "rollout"
+            )
         ids = s.token_ids
         values = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill")
         result.append(dict(enumerate(values)))
@@ -156,7 +189,11 @@ def score_frozen(
 ) -> Any:
     """Score every frozen sample in requests of ``batch_size``: float32 [B, T], core layout."""
     if mode not in ROLLOUT_MODES:
-        raise ScoringError("runtime.unsupported_mode", f"rollout mode {mode!r} not in {ROLLOUT_MODES}", "identity.scoring_mode")
+        raise ScoringError(
+            "runtime.unsupported_mode",
+            f"rollout mode {mode!r} not in {ROLLOUT_MODES}",
+            "identity.scoring_mode",
+        )
     if engine.closed:
         raise ScoringError(
             "runtime.engine_closed",
