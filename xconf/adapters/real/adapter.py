@@ -10,13 +10,23 @@ operator gets the engine's full raw-logits rows instead (another engine construc
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
 from xconf.knobs import KNOBS, KnobValue
-from xconf.runtime.protocol import Engine, KnobApplication, KnobStatus, RuntimeBinding, SideBinding
+from xconf.runtime.protocol import (
+    Engine,
+    FrozenInputs,
+    KnobApplication,
+    KnobStatus,
+    RuntimeBinding,
+    SelectedLogprobOp,
+    SideBinding,
+    SideScore,
+)
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
 
@@ -78,6 +88,8 @@ class VllmHfRuntime:
             "in_process": bool(in_process),
         }
         self._record: ModelRecord | None = None
+        # Seconds spent in the runtimes themselves (bench/runtime.py splits a run with these).
+        self.timings: dict[str, float] = {"freeze_s": 0.0, "construction_s": 0.0, "scoring_s": 0.0}
 
     # -- identity ---------------------------------------------------------------------------
     def freeze_identity(self, identity: Identity) -> Identity:
@@ -86,12 +98,14 @@ class VllmHfRuntime:
         options = dict(self.engine_options)
         if _world_size() > 1:  # under a launcher: the baseline engine core gets its own process
             options["in_process"] = False
+        started = time.perf_counter()
         frozen, self._record = freeze(
             identity,
             default_model=self.default_model,
             cache_dir=self.model_cache,
             engine_options=options,
         )
+        self.timings["freeze_s"] += time.perf_counter() - started
         return frozen
 
     @property
@@ -231,6 +245,13 @@ class VllmHfRuntime:
 
     # -- engines ----------------------------------------------------------------------------
     def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        started = time.perf_counter()
+        try:
+            return _Timed(self._build_engine(binding, case), self.timings)
+        finally:
+            self.timings["construction_s"] += time.perf_counter() - started
+
+    def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
         values = {k.path: k.materialized for k in binding.knobs}
         path = self.record.path
         if binding.side == "rollout":
@@ -285,6 +306,33 @@ class VllmHfRuntime:
 
     def close(self) -> None:
         return None
+
+
+class _Timed:
+    """Engine wrapper that adds its scoring time to the runtime's timings."""
+
+    def __init__(self, engine: Engine, timings: dict[str, float]) -> None:
+        self._engine = engine
+        self._timings = timings
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        return self._engine.readback()
+
+    def score(
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> SideScore:
+        started = time.perf_counter()
+        try:
+            return self._engine.score(inputs, identity, batch_size, operator)
+        finally:
+            self._timings["scoring_s"] += time.perf_counter() - started
+
+    def close(self) -> None:
+        self._engine.close()
 
 
 def _world_size() -> int:
