@@ -31,6 +31,7 @@ from xconf.cli.session import (
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
 from xconf.errors import XconfError
+from xconf.report.writer import report_after_run
 
 
 def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) -> int:
@@ -64,6 +65,7 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
         console.print(verdict_table(summary))
         print_reasons(console, summary.records)
         console.print(f"artifacts: {summary.experiment_dir}")
+        report_after_run(summary.experiment_dir, console)
         return exit_code(summary.records)
     except XconfError as error:
         report_error(error)

@@ -22,6 +22,7 @@ from xconf.cli.session import (
 )
 from xconf.config.strict import load_experiment_file
 from xconf.errors import XconfError
+from xconf.report.writer import report_after_run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +71,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         summary = run_prepared(prepared, adapter, resume=not args.no_resume, on_case=on_case)
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
+    report_after_run(summary.experiment_dir, console)
     return exit_code(summary.records)
 
 
