@@ -61,13 +61,21 @@ def _check_path(path: str, where: str, issues: _Issues) -> bool:
     return True
 
 
+def _wrong_type(kind: str, raw: object) -> bool:
+    """True when ``raw`` is not even of the knob's type (bool is not an int, 1 is not a bool)."""
+    if kind == "positive_int":
+        return isinstance(raw, bool) or not isinstance(raw, int | float)
+    if kind == "bool":
+        return not isinstance(raw, bool)
+    return not isinstance(raw, str)
+
+
 def _normalize(path: str, raw: object, where: str, issues: _Issues) -> KnobValue | None:
     spec = KNOBS[path]
     try:
         return normalize_value(spec, raw)
     except KnobValueError as exc:
-        wrong_type = spec.kind in ("positive_int", "bool") and not isinstance(raw, int)
-        code = "plan.wrong_value_type" if wrong_type else "plan.unsupported_value"
+        code = "plan.wrong_value_type" if _wrong_type(spec.kind, raw) else "plan.unsupported_value"
         issues.add(code, where, str(exc))
         return None
 
