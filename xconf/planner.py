@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
 
+from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
 from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue, KnobValueError, normalize_value
@@ -52,6 +53,13 @@ class _Issues:
 
 
 def _check_path(path: str, where: str, issues: _Issues) -> bool:
+    if any(part.strip().lower() in THRESHOLD_KEYS for part in path.split(".")):
+        issues.add(
+            "plan.threshold_forbidden",
+            where,
+            f"'{path}' names a threshold; thresholds come only from the numerical contract",
+        )
+        return False
     if path in DERIVED_KNOBS:
         issues.add("plan.derived_knob", where, f"'{path}' is derived and recorded, never set")
         return False
