@@ -1,0 +1,175 @@
+"""`xconf-run` as a user runs it: four real subprocesses (started two at a time to save
+time) and, in-process through the same `main()`, the calls that never start a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, S3_JSON
+from xconf.config.strict import load_experiment_file
+from xconf.planner import plan_experiment
+
+
+def _xconf_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "xconf.cli.hydra_app", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+SNEAKY = "# @package _global_\ndefaults:\n  - cpu_smoke\n  - _self_\nmode: plan\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, object]:
+    base = tmp_path_factory.mktemp("hydra")
+    cwd = base / "cwd"
+    cwd.mkdir()
+    extra = base / "extra_conf" / "experiment"
+    extra.mkdir(parents=True)
+    (extra / "sneaky.yaml").write_text(SNEAKY)
+    roots = {name: base / name for name in ("smoke", "plan", "sneaky")}
+
+    def smoke_twice():
+        args = (
+            "+experiment=cpu_smoke",
+            "allow_smoke_operators=true",
+            f"output_root={roots['smoke']}",
+        )
+        return _xconf_run(cwd, *args), _xconf_run(cwd, *args)
+
+    jobs = {
+        "smoke": smoke_twice,
+        "plan": lambda: _xconf_run(
+            cwd, "+experiment=qwen3_8b", "mode=plan", f"output_root={roots['plan']}"
+        ),
+        "sneaky": lambda: _xconf_run(
+            cwd,
+            "+experiment=sneaky",
+            f"hydra.searchpath=[file://{base / 'extra_conf'}]",
+            f"output_root={roots['sneaky']}",
+        ),
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        results: dict[str, object] = {name: f.result() for name, f in futures.items()}
+    results["roots"] = roots
+    results["cwd"] = cwd
+    return results
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_prints_the_table_and_exits_1(runs) -> None:
+    first, _ = runs["smoke"]
+    assert first.returncode == 1, first.stderr
+    assert "cpu-smoke: 10 cases" in first.stdout
+    assert first.stdout.count("(new)") == 10
+    for line in first.stdout.splitlines():
+        if "logp_offset" in line:
+            assert "fail" in line
+        if "reference_logp" in line:
+            assert "pass" in line
+    root = runs["roots"]["smoke"] / "cpu-smoke"
+    seals = list(root.glob("cases/*/a-0001/COMPLETE"))
+    assert len(seals) == 10
+
+
+@pytest.mark.slow
+def test_cpu_smoke_rerun_reuses_every_case(runs) -> None:
+    _, second = runs["smoke"]
+    assert second.returncode == 1, second.stderr
+    assert second.stdout.count("(reused)") == 10 and "(new)" not in second.stdout
+    assert "engines built 0" in second.stdout
+
+
+@pytest.mark.slow
+def test_hydra_run_dirs_stay_where_hydra_puts_them(runs) -> None:
+    assert (runs["cwd"] / "outputs").is_dir()  # Hydra's own run directory, under the cwd
+    assert not list((runs["cwd"] / "outputs").rglob("COMPLETE"))  # artifacts went to the root
+
+
+@pytest.mark.slow
+def test_qwen3_plan_mode_plans_the_json_examples_cases(runs) -> None:
+    result = runs["plan"]
+    assert result.returncode == 0, result.stderr
+    assert "11 cases" in result.stdout
+    plan = runs["roots"]["plan"] / "qwen3-8b-alignment" / "plan.jsonl"
+    hydra_ids = [json.loads(line)["case_id"] for line in plan.read_text().splitlines()]
+    json_ids = [c.case_id for c in plan_experiment(load_experiment_file(S3_JSON)).cases]
+    assert hydra_ids == json_ids
+    assert not (plan.parent / "cases").exists()
+
+
+@pytest.mark.slow
+def test_experiment_setting_mode_is_refused(runs) -> None:
+    result = runs["sneaky"]
+    assert result.returncode == 2
+    assert "[config.cli_only_key] at 'mode'" in result.stderr
+    assert not runs["roots"]["sneaky"].exists()
+
+
+# -- in-process: the entry point's own handling of Hydra flags and composition errors --------
+
+
+@pytest.fixture
+def xconf_run_inprocess(monkeypatch, tmp_path, capsys):
+    from xconf.cli import hydra_app
+
+    monkeypatch.chdir(tmp_path)
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        monkeypatch.setitem(hydra_app._state, "started", False)
+        monkeypatch.setitem(hydra_app._state, "exit", 0)
+        monkeypatch.setattr(sys, "argv", ["xconf-run", *argv])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            hydra_app.main()
+        out, err = capsys.readouterr()
+        return int(info.value.code or 0), out, err
+
+    return call
+
+
+def test_cfg_job_prints_the_composed_config(xconf_run_inprocess) -> None:
+    code, out, _ = xconf_run_inprocess("+experiment=cpu_smoke", "--cfg", "job")
+    assert code == 0
+    for needle in ("experiment_id: cpu-smoke", "mode: run", "interventions:", "batch:"):
+        assert needle in out
+
+
+def test_help_lists_the_config_groups(xconf_run_inprocess) -> None:
+    code, out, _ = xconf_run_inprocess("--help")
+    assert code == 0
+    for group in ("experiment", "baseline", "runtime", "scenario", "identity", "intervention"):
+        assert group in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("+experiment=cpu_smoke", "rollout.dtypo=x"), ("+experiment=no_such_thing",)],
+    ids=["typo", "unknown-experiment"],
+)
+def test_composition_errors_exit_2_and_write_nothing(xconf_run_inprocess, tmp_path, args) -> None:
+    out_root = tmp_path / "out"
+    code, _, err = xconf_run_inprocess(*args, f"output_root={out_root}")
+    assert code == 2
+    assert args[-1].split("=")[1] in err
+    assert not out_root.exists()
+    assert not (tmp_path / "outputs").exists()
