@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from tests.conftest import REPO, S3_JSON
 from xconf.config.strict import load_experiment_file
@@ -173,3 +174,22 @@ def test_composition_errors_exit_2_and_write_nothing(xconf_run_inprocess, tmp_pa
     assert args[-1].split("=")[1] in err
     assert not out_root.exists()
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_fresh_process_scores_bitwise_like_the_json_run(runs, first_run) -> None:
+    """Same identity, scenario and knobs: same case ids and the same bytes, across processes."""
+    hydra_cases = runs["roots"]["smoke"] / "cpu-smoke" / "cases"
+    json_cases = first_run[0] / "cpu-smoke-json" / "cases"
+    case_ids = sorted(p.name for p in hydra_cases.iterdir())
+    assert case_ids == sorted(p.name for p in json_cases.iterdir())
+    for case_id in case_ids:
+        a, b = hydra_cases / case_id / "a-0001", json_cases / case_id / "a-0001"
+        for name in ("score_rollout", "score_training", "token_diffs"):
+            ta = load_file(str(a / f"{name}.safetensors"))
+            tb = load_file(str(b / f"{name}.safetensors"))
+            assert sorted(ta) == sorted(tb)
+            for key in ta:
+                assert ta[key].dtype == tb[key].dtype
+                assert ta[key].numpy().tobytes() == tb[key].numpy().tobytes(), (case_id, key)
+        assert (a / "comparison.json").read_bytes() == (b / "comparison.json").read_bytes()

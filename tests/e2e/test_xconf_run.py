@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
@@ -11,21 +9,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import S0_JSON, snapshot
+from tests.conftest import snapshot
+from tests.e2e.conftest import EXPERIMENT, xconf_run
 from xconf.artifacts.safe_io import sha256_file
 from xconf.artifacts.store import PAYLOAD_FILES, SEAL_NAME
-from xconf.cli.main import main
 from xconf.comparison import recompute_result
-
-EXPERIMENT = "cpu-smoke-json"
-RUN = ("run", str(S0_JSON), "--runtime", "cpu-smoke", "--allow-smoke-operators")
-
-
-def xconf_run(root: Path, *extra: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([*RUN, "--output-root", str(root), *extra])
-    return code, out.getvalue() + err.getvalue()
 
 
 def plan_rows(root: Path) -> list[dict]:
@@ -39,13 +27,6 @@ def attempts(root: Path, case_id: str) -> list[str]:
 
 def attempt_dir(root: Path, case_id: str, attempt: str = "a-0001") -> Path:
     return root / EXPERIMENT / "cases" / case_id / attempt
-
-
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory) -> tuple[Path, int, str]:
-    root = tmp_path_factory.mktemp("first") / "out"
-    code, output = xconf_run(root)
-    return root, code, output
 
 
 @pytest.fixture
@@ -85,6 +66,11 @@ def test_every_attempt_is_sealed(first_run) -> None:
         assert seal["files"] == {name: sha256_file(path / name) for name in PAYLOAD_FILES}
         assert sorted(p.name for p in path.iterdir()) == sorted([*PAYLOAD_FILES, SEAL_NAME])
         assert not [p for p in path.rglob("*") if p.name.startswith(".")]  # no temporaries
+        for name in PAYLOAD_FILES:
+            if name.endswith(".safetensors"):
+                data = (path / name).read_bytes()
+                header = int.from_bytes(data[:8], "little")
+                assert data[8:9] == b"{" and json.loads(data[8 : 8 + header])  # not a pickle
 
 
 def test_token_diffs_recompute_every_verdict_offline(first_run) -> None:
