@@ -142,3 +142,38 @@ def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:
     assert summary.engines_built + summary.engines_reused == 2 * len(summary.records)
     assert Path(summary.experiment_dir) == tmp_path / "cpu-smoke-json"
     assert summary.seconds["total"] > 0
+
+
+def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkeypatch) -> None:
+    from xconf import runner
+
+    sessions = []
+    real = runner.OperatorSession
+
+    def counting(*args, **kwargs):
+        sessions.append(real(*args, **kwargs))
+        return sessions[-1]
+
+    monkeypatch.setattr(runner, "OperatorSession", counting)
+    run_doc(only(s0_doc, logp__backend=["xconf.reference_logp"], batch__size=[1]), tmp_path)
+    assert len(sessions) == 3
+    assert [len(s.provenance()) for s in sessions] == [2, 2, 2]
+    assert len({id(s) for s in sessions}) == 3
+
+
+def test_catalog_changed_after_planning_is_a_stale_binding(s0_doc, tmp_path) -> None:
+    from xconf.config.strict import parse_experiment
+    from xconf.semantic_registry import SELECTED_LOGPROB as OP
+
+    doc = only(s0_doc, logp__backend=["xconf.reference_logp"])
+    prepared = session.prepare(
+        parse_experiment(doc), output_root=tmp_path, allow_smoke_operators=False, device="cpu"
+    )
+    ref = prepared.catalog.get(OP, "xconf.reference_logp")
+    from dataclasses import replace
+
+    prepared.catalog.register(replace(ref, version="2"), replace=True)
+    summary = session.run_prepared(prepared, CpuSmokeRuntime(), resume=True)
+    assert [r.result for r in summary.records] == ["pass", "error"]
+    comparison = attempt_doc(summary, "logp.backend=xconf.reference_logp", "comparison.json")
+    assert comparison["error"]["code"] == "operator.stale_binding"

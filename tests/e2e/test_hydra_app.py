@@ -14,8 +14,6 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.conftest import REPO, S3_JSON
-from xconf.config.strict import load_experiment_file
-from xconf.planner import plan_experiment
 
 
 def _xconf_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,14 +105,20 @@ def test_hydra_run_dirs_stay_where_hydra_puts_them(runs) -> None:
 
 
 @pytest.mark.slow
-def test_qwen3_plan_mode_plans_the_json_examples_cases(runs) -> None:
+def test_qwen3_plan_mode_plans_the_json_examples_cases(runs, xconf_cli, tmp_path) -> None:
     result = runs["plan"]
     assert result.returncode == 0, result.stderr
     assert "11 cases" in result.stdout
     plan = runs["roots"]["plan"] / "qwen3-8b-alignment" / "plan.jsonl"
-    hydra_ids = [json.loads(line)["case_id"] for line in plan.read_text().splitlines()]
-    json_ids = [c.case_id for c in plan_experiment(load_experiment_file(S3_JSON)).cases]
-    assert hydra_ids == json_ids
+    assert xconf_cli("plan", S3_JSON, "--output-root", tmp_path)[0] == 0
+    json_plan = tmp_path / "qwen3-8b-alignment" / "plan.jsonl"
+
+    def ids(path: Path) -> list[str]:
+        return [json.loads(line)["case_id"] for line in path.read_text().splitlines()]
+
+    assert len(ids(plan)) == 11
+    assert ids(plan) == ids(json_plan)
+    assert plan.read_text() == json_plan.read_text()  # same rows, byte for byte
     assert not (plan.parent / "cases").exists()
 
 
