@@ -3,6 +3,7 @@ time) and, in-process through the same `main()`, the calls that never start a jo
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -139,9 +140,14 @@ def xconf_run_inprocess(monkeypatch, tmp_path, capsys):
 
     monkeypatch.chdir(tmp_path)
 
+    # The exit state lives in hydra_app (core) or in xconf.cli.exit_status (later versions).
+    state = getattr(hydra_app, "_state", None)
+    if state is None:
+        state = importlib.import_module("xconf.cli.exit_status").state
+
     def call(*argv: str) -> tuple[int, str, str]:
-        monkeypatch.setitem(hydra_app._state, "started", False)
-        monkeypatch.setitem(hydra_app._state, "exit", 0)
+        monkeypatch.setitem(state, "started", False)
+        monkeypatch.setitem(state, "exit", 0)
         monkeypatch.setattr(sys, "argv", ["xconf-run", *argv])
         capsys.readouterr()
         with pytest.raises(SystemExit) as info:
