@@ -38,6 +38,9 @@ PAYLOAD_FILES = (
     "comparison.json",
 )
 NON_REUSABLE_RESULTS = frozenset({"error"})
+SEAL_KEYS = frozenset(
+    {"schema", "experiment_id", "case_id", "attempt_id", "execution_key", "result", "files"}
+)
 
 
 def json_bytes(document: Any) -> bytes:
@@ -205,6 +208,8 @@ class ExperimentStore:
             or seal.get("experiment_id") != self.experiment_id
         ):
             return bad("COMPLETE names another attempt", seal)
+        if set(seal) != SEAL_KEYS:
+            return bad("COMPLETE does not have exactly the seal fields", seal)
         if set(files) != set(PAYLOAD_FILES):
             return bad("COMPLETE does not seal the expected payloads", seal)
         present = {p.name for p in path.iterdir()}
@@ -220,6 +225,13 @@ class ExperimentStore:
                 return bad(f"{name} is not a regular file", seal)
             if sha256_file(path / name) != digest:
                 return bad(f"{name} does not match its seal", seal)
+        # The seal itself is not sealed: its result must agree with the sealed verdict.
+        try:
+            sealed_result = json.loads((path / "comparison.json").read_text("utf-8"))["result"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return bad("comparison.json is malformed", seal)
+        if seal.get("result") != sealed_result:
+            return bad("COMPLETE and comparison.json disagree on the result", seal)
         return AttemptCheck(case_id, attempt_id, path, None, seal)
 
     def find_reusable(self, case_id: str, execution_key: str) -> AttemptCheck | None:

@@ -103,11 +103,9 @@ def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
     """Refuse before any engine is built when a requested setting would be ignored."""
     reasons = []
     for side in (binding.rollout, binding.training):
-        reasons += [
-            r
-            for r in strict_violations(side.knobs, strict_fallback=strict_fallback)
-            if "unobservable" not in r
-        ]
+        # Unobservable is judged after the engine is built, on what it reads back.
+        observable = tuple(k for k in side.knobs if k.status != "unobservable")
+        reasons += strict_violations(observable, strict_fallback=strict_fallback)
     if reasons:
         raise RuntimeMaterializationError(
             "runtime.strict_refused", "; ".join(reasons), path=reasons[0].split(" ")[0]
