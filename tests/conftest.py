@@ -71,6 +71,11 @@ def snapshot(root: Path) -> dict[str, bytes]:
     }
 
 
+def artifact_snapshot(root: Path) -> dict[str, bytes]:
+    """Like ``snapshot`` without ``report.html``: a view re-rendered after every run."""
+    return {k: v for k, v in snapshot(root).items() if not k.endswith("report.html")}
+
+
 @pytest.fixture
 def xconf_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """Run the plain CLI in-process: returns (exit code, stdout, stderr)."""

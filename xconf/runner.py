@@ -238,6 +238,7 @@ class PairedRunner:
         actual: dict[str, Any] = {"sides": {}}
         scores: dict[str, SideScore] = {}
         strict = self.plan.plan.spec.strict_fallback
+        declared = frozenset(path for path, _ in case.case.changed)
         try:
             check_pre_build(binding, strict_fallback=strict)
             session = OperatorSession(self.catalog, self.policy)
@@ -249,7 +250,7 @@ class PairedRunner:
                 # Read back after scoring: request-lifecycle knobs are only observable then.
                 applications = apply_readback(side_binding, engine.readback())
                 actual["sides"][side] = [a.to_dict() for a in applications]
-                reasons = strict_violations(applications, strict_fallback=strict)
+                reasons = strict_violations(applications, strict_fallback=strict, declared=declared)
                 if reasons:
                     raise XconfError(
                         "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]

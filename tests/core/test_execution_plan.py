@@ -84,10 +84,10 @@ def test_smoke_cases_are_refused_without_authorization(s0_doc) -> None:
     assert all("smoke-only" in i.message for i in issues)
 
 
-def test_unregistered_smoke_is_unknown_even_when_authorized(s0_doc) -> None:
+def test_unregistered_smoke_is_refused_even_when_authorized(s0_doc) -> None:
     with pytest.raises(PlanError) as info:
         execution(s0_doc, cat=catalog(smoke=False))
-    assert {i.code for i in info.value.issues} == {"operator.unknown_backend"}
+    assert {i.code for i in info.value.issues} == {"operator.smoke_not_authorized"}
 
 
 def test_device_incompatibility_is_reported_per_case(s0_doc) -> None:

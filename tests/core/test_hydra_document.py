@@ -120,7 +120,7 @@ BAD_OVERRIDES = [
     (["+execution=plan"], "config.cli_only_key", "execution"),
     (["+scenario.expected_status=pass"], "config.cli_only_key", "scenario.expected_status"),
     (["mode=sweep"], "config.invalid_value", "mode"),
-    ([], "operator.unknown_backend", "logp.backend"),  # smoke operators, not authorized
+    ([], "operator.smoke_not_authorized", "logp.backend"),  # smoke operators, not authorized
 ]
 
 

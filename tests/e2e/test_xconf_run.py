@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from tests.conftest import snapshot
+from tests.conftest import artifact_snapshot as snapshot
 from tests.e2e.conftest import EXPERIMENT, xconf_run
 from xconf.artifacts.safe_io import sha256_file
 from xconf.artifacts.store import PAYLOAD_FILES, SEAL_NAME
@@ -80,7 +81,9 @@ def test_token_diffs_recompute_every_verdict_offline(first_run) -> None:
         comparison = json.loads((path / "comparison.json").read_text())
         diffs = load_file(str(path / "token_diffs.safetensors"))
         assert {"rollout_logprobs", "training_logprobs", "active_mask", "threshold"} <= set(diffs)
-        assert float(diffs["threshold"]) == comparison["threshold"]
+        # Stored in float32, the precision the verdict is computed in.
+        assert diffs["threshold"].dtype == torch.float32
+        assert float(diffs["threshold"]) == float(torch.tensor(comparison["threshold"]))
         assert recompute_result(diffs) == (comparison["result"], comparison["mismatches"])
         active = diffs["active_mask"].bool()
         for side in ("rollout", "training"):
