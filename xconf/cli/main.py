@@ -40,8 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-resume", action="store_true", help="score again even if sealed")
     run.add_argument("--output-root", default="outputs")
-    verify = sub.add_parser("verify", help="recompute every seal and verdict of a run offline")
-    verify.add_argument("run_dir", type=Path)
+    verify = sub.add_parser(
+        "verify",
+        help="recompute every seal and verdict of a run offline "
+        "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
+    )
+    verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
     return parser
 
