@@ -56,10 +56,18 @@ def ensure_real_dir(root: Path, *parts: str) -> Path:
     return current
 
 
-def publish_bytes(directory: Path, name: str, data: bytes) -> str:
-    """Write ``data`` as ``directory/name`` atomically; fail if the name exists. Returns sha256."""
+def publish_bytes(directory: Path, name: str, data: bytes, *, staging: Path | None = None) -> str:
+    """Write ``data`` as ``directory/name`` atomically; fail if the name exists. Returns sha256.
+
+    The temporary file lives in ``staging`` (same filesystem) when given, so that a crash
+    between the link and the unlink never leaves a stray entry inside ``directory``: a sealed
+    attempt directory then holds exactly its payloads and ``COMPLETE``.
+    """
     final = directory / name
-    tmp = directory / f".{name}.tmp-{secrets.token_hex(6)}"
+    if staging is None:
+        tmp = directory / f".{name}.tmp-{secrets.token_hex(6)}"
+    else:
+        tmp = staging / f".{directory.name}.{name}.tmp-{secrets.token_hex(6)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
     try:
         with os.fdopen(fd, "wb") as handle:

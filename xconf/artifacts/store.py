@@ -150,7 +150,7 @@ class ExperimentStore:
                     {k: v.contiguous() for k, v in tensors[name].items()},
                     metadata={"case_id": case_id, "attempt_id": attempt_id},
                 )
-            digests[name] = publish_bytes(path, name, data)
+            digests[name] = publish_bytes(path, name, data, staging=path.parent)
         seal = {
             "schema": SEAL_SCHEMA,
             "experiment_id": self.experiment_id,
@@ -160,7 +160,7 @@ class ExperimentStore:
             "result": result,
             "files": digests,
         }
-        publish_bytes(path, SEAL_NAME, json_bytes(seal))
+        publish_bytes(path, SEAL_NAME, json_bytes(seal), staging=path.parent)
         return PublishedAttempt(case_id, attempt_id, path, result)
 
     def attempts(self, case_id: str) -> list[Path]:
