@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import platform
+import signal
+import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,6 +126,58 @@ class EngineCache:
             engines.clear()
 
 
+@contextmanager
+def case_deadline(seconds: float | None) -> Iterator[None]:
+    """Raise ``runtime.case_timeout`` in the main thread once ``seconds`` have passed.
+
+    SIGALRM interrupts Python code and interruptible system calls; a runtime blocked inside
+    a single native call is stopped only when that call returns to Python (a hung collective
+    needs the launcher's process-level timeout).
+    """
+    if seconds is None:
+        yield
+        return
+    if threading.current_thread() is not threading.main_thread():
+        raise XconfError(
+            "runtime.case_timeout_unavailable",
+            "a per-case time budget needs the main thread (SIGALRM)",
+            "case_timeout_s",
+        )
+    armed = True
+
+    def expire(signum: int, frame: Any) -> None:
+        if armed:
+            raise XconfError(
+                "runtime.case_timeout",
+                f"the case exceeded its time budget of {seconds:g} s and was stopped",
+                "case_timeout_s",
+            )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_case_timeout(value: Any) -> float | None:
+    """``None`` or a positive, finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise XconfError(
+            "config.wrong_type", "case_timeout_s is a number of seconds", "case_timeout_s"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise XconfError(
+            "config.invalid_value", "case_timeout_s must be positive and finite", "case_timeout_s"
+        )
+    return float(value)
+
+
 class PairedRunner:
     def __init__(
         self,
@@ -134,6 +190,7 @@ class PairedRunner:
         resume: bool = True,
         contract: NumericalContract | None = None,
         on_case: Callable[[CaseRecord], None] | None = None,
+        case_timeout_s: float | None = None,
     ) -> None:
         self.plan = plan
         self.adapter = adapter
@@ -143,6 +200,7 @@ class PairedRunner:
         self.resume = resume
         self.contract = contract or load_contract()
         self.on_case = on_case
+        self.case_timeout_s = check_case_timeout(case_timeout_s)
         self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
 
     # -- identity of an execution -------------------------------------------------------------
@@ -228,24 +286,9 @@ class PairedRunner:
         )
         actual: dict[str, Any] = {"sides": {}}
         scores: dict[str, SideScore] = {}
-        strict = self.plan.plan.spec.strict_fallback
         try:
-            check_pre_build(binding, strict_fallback=strict)
-            session = OperatorSession(self.catalog, self.policy)
-            for side in SIDES:
-                side_binding = binding.side(side)
-                engine = self.engines.get(side_binding, case)
-                operator = session.instantiate(case.operator(side))
-                scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
-                # Read back after scoring: request-lifecycle knobs are only observable then.
-                applications = apply_readback(side_binding, engine.readback())
-                actual["sides"][side] = [a.to_dict() for a in applications]
-                reasons = strict_violations(applications, strict_fallback=strict)
-                if reasons:
-                    raise XconfError(
-                        "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
-                    )
-            actual["operator_provenance"] = list(session.provenance())
+            with case_deadline(self.case_timeout_s):
+                self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
             outcome = compare(
                 inputs,
                 identity.digest(),
@@ -255,6 +298,8 @@ class PairedRunner:
                 self.contract,
             )
         except Exception as exc:  # a failing case is a verdict, never a crashed sweep
+            if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
+                self.engines.close()  # a stopped engine may be mid-call: never reuse it
             error = (
                 exc.to_dict()
                 if isinstance(exc, XconfError)
@@ -271,6 +316,47 @@ class PairedRunner:
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
         )
+        return self._documents(case, binding, identity, knobs, actual, scores, outcome)
+
+    def _score_sides(
+        self,
+        case: ExecutionCase,
+        binding: RuntimeBinding,
+        identity: Identity,
+        inputs: FrozenInputs,
+        knobs: dict[str, Any],
+        scores: dict[str, SideScore],
+        actual: dict[str, Any],
+    ) -> None:
+        """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
+        strict = self.plan.plan.spec.strict_fallback
+        check_pre_build(binding, strict_fallback=strict)
+        session = OperatorSession(self.catalog, self.policy)
+        for side in SIDES:
+            side_binding = binding.side(side)
+            engine = self.engines.get(side_binding, case)
+            operator = session.instantiate(case.operator(side))
+            scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
+            # Read back after scoring: request-lifecycle knobs are only observable then.
+            applications = apply_readback(side_binding, engine.readback())
+            actual["sides"][side] = [a.to_dict() for a in applications]
+            reasons = strict_violations(applications, strict_fallback=strict)
+            if reasons:
+                raise XconfError(
+                    "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
+                )
+        actual["operator_provenance"] = list(session.provenance())
+
+    def _documents(
+        self,
+        case: ExecutionCase,
+        binding: RuntimeBinding,
+        identity: Identity,
+        knobs: dict[str, Any],
+        actual: dict[str, Any],
+        scores: dict[str, SideScore],
+        outcome: ComparisonOutcome,
+    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         documents = {
             "requested.json": {
                 "case_id": case.case.case_id,

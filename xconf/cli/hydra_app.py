@@ -29,6 +29,7 @@ from xconf.cli.session import (
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
 from xconf.errors import XconfError
+from xconf.runner import check_case_timeout
 
 _state: dict[str, Any] = {"started": False, "exit": EXIT_OK}
 
@@ -60,7 +61,13 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
             device=adapter.device,
         )
         with case_progress(console, len(prepared.execution.cases)) as on_case:
-            summary = run_prepared(prepared, adapter, resume=bool(cfg.resume), on_case=on_case)
+            summary = run_prepared(
+                prepared,
+                adapter,
+                resume=bool(cfg.resume),
+                on_case=on_case,
+                case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
+            )
         console.print(verdict_table(summary))
         print_reasons(console, summary.records)
         console.print(f"artifacts: {summary.experiment_dir}")

@@ -22,6 +22,7 @@ from xconf.cli.session import (
 )
 from xconf.config.strict import load_experiment_file
 from xconf.errors import XconfError
+from xconf.runner import check_case_timeout
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
         help="register and authorize the smoke-only operators",
     )
     run.add_argument("--no-resume", action="store_true", help="score again even if sealed")
+    run.add_argument(
+        "--case-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
+    )
     run.add_argument("--output-root", default="outputs")
     verify = sub.add_parser(
         "verify",
@@ -63,6 +71,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     spec = load_experiment_file(args.file)
+    check_case_timeout(args.case_timeout)
     adapter = instantiate_runtime(runtime_config(args.runtime))
     prepared = prepare(
         spec,
@@ -71,7 +80,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         device=adapter.device,
     )
     with case_progress(console, len(prepared.execution.cases)) as on_case:
-        summary = run_prepared(prepared, adapter, resume=not args.no_resume, on_case=on_case)
+        summary = run_prepared(
+            prepared,
+            adapter,
+            resume=not args.no_resume,
+            on_case=on_case,
+            case_timeout_s=args.case_timeout,
+        )
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
     return exit_code(summary.records)
