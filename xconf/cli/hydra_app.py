@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
 from xconf.cli.session import (
@@ -28,7 +29,7 @@ from xconf.cli.session import (
 )
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
-from xconf.errors import XconfError
+from xconf.errors import ConfigError, XconfError
 from xconf.runner import check_case_timeout
 
 _state: dict[str, Any] = {"started": False, "exit": EXIT_OK}
@@ -75,6 +76,11 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
     except XconfError as error:
         report_error(error)
         return EXIT_INVALID
+    except OmegaConfBaseException as exc:  # e.g. an override with an unresolvable ${...}
+        key = getattr(exc, "full_key", None)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        report_error(ConfigError("config.unresolvable", message, str(key) if key else None))
+        return EXIT_INVALID
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -82,7 +88,10 @@ def _hydra_task(cfg: DictConfig) -> Any:
     _state["started"] = True
     hydra_cfg = HydraConfig.get()
     choice = hydra_cfg.runtime.choices.get("runtime")
-    code = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
+    # The raw override strings: never resolve a ${...} they contain.
+    raw = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+    overrides = [str(o) for o in raw] if isinstance(raw, list) else []
+    code = run_from_config(cfg, overrides, choice)
     if hydra_cfg.mode == RunMode.RUN:
         _state["exit"] = code
     return code
