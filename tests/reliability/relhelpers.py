@@ -66,6 +66,19 @@ def cli(*argv: str | Path) -> int:
             return int(exc.code or 0)
 
 
+def cli_output(*argv: str | Path) -> tuple[int, str]:
+    """The plain CLI in-process: exit code and everything it printed (stdout and stderr)."""
+    from xconf.cli.main import main
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, sink.getvalue()
+
+
 Entry = tuple[str, int, int, bytes]  # kind, inode, mtime_ns, bytes (or link target)
 
 
