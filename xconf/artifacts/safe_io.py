@@ -7,6 +7,7 @@ import errno
 import hashlib
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from xconf.errors import ArtifactError
@@ -31,6 +32,24 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of a regular file, None if absent; a symlink or non-file is an error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ArtifactError(
+                "artifacts.symlink", f"{path} is a symlink and is never followed", str(path)
+            ) from exc
+        raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from exc
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ArtifactError("artifacts.not_a_file", f"{path} is not a regular file", str(path))
+        return handle.read()
 
 
 def fsync_dir(path: Path) -> None:

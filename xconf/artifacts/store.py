@@ -21,6 +21,7 @@ from xconf.artifacts.safe_io import (
     check_id,
     ensure_real_dir,
     publish_bytes,
+    read_regular,
     sha256_file,
 )
 from xconf.errors import ArtifactError
@@ -79,7 +80,13 @@ class ExperimentStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         ensure_real_dir(self.root, self.experiment_id)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        lock = self.path / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise ArtifactError(
+                "artifacts.lock", f"cannot open the lock file {lock}: {exc}", str(lock)
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -91,8 +98,12 @@ class ExperimentStore:
         """Write experiment.json once (a rerun must match it) and append unseen plan rows."""
         with self._locked():
             header_path = self.path / "experiment.json"
-            if header_path.exists():
-                existing = json.loads(header_path.read_text("utf-8"))
+            existing_bytes = read_regular(header_path)
+            if existing_bytes is not None:
+                try:
+                    existing = json.loads(existing_bytes.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    existing = None
                 if existing != json.loads(json_bytes(header)):
                     raise ArtifactError(
                         "artifacts.experiment_conflict",
@@ -113,10 +124,10 @@ class ExperimentStore:
 
     def planned_case_ids(self) -> set[str]:
         ids: set[str] = set()
-        plan = self.path / "plan.jsonl"
-        if not plan.exists():
+        data = read_regular(self.path / "plan.jsonl")
+        if data is None:
             return ids
-        for line in plan.read_text("utf-8").splitlines():
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 ids.add(json.loads(line)["case_id"])
             except (ValueError, KeyError, TypeError):
