@@ -1,4 +1,4 @@
-"""Fork server of the crash campaign: imports xconf once, forks one child per request.
+"""Fork server of the crash and concurrency campaigns: import xconf once, fork per request.
 
 Protocol: one JSON request per stdin line, one JSON reply per stdout line.
 
@@ -7,7 +7,10 @@ Protocol: one JSON request per stdin line, one JSON reply per stdout line.
 * ``{"op": "kill", "file", "root", "at"}``: run it and SIGKILL the child at fault point
   ``at`` (1-based, in trace order); the reply says how the child ended;
 * ``{"op": "run", "file", "root", "summary"}``: run it to completion (a resume) and write
-  the records (case, attempt, reused, result) to ``summary``.
+  the records (case, attempt, reused, result) to ``summary``;
+* ``{"op": "many", "argvs", "summaries", "go"}`` (concurrency campaign): fork one runner
+  per argv, reply ``{"started": n}``, let them all start when the ``go`` file appears, then
+  reply ``{"done": [...]}`` once every runner has exited.
 
 Fault points wrap xconf from the outside (monkeypatching, no hook in the core): before and
 after every planning step, engine construction and model build, scoring call, comparison,
@@ -22,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -148,9 +152,46 @@ def child(request: dict[str, Any]) -> int:
     return code
 
 
+def _status(status: int) -> dict[str, Any]:
+    return {
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "rc": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+    }
+
+
+def many(request: dict[str, Any]) -> None:
+    """Fork one runner per argv; all wait for the ``go`` file, then run at once."""
+    pids = []
+    for argv, summary in zip(request["argvs"], request["summaries"], strict=True):
+        pid = os.fork()
+        if pid == 0:
+            code = 99
+            try:
+                torch.set_num_threads(1)
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                errors = os.open(f"{summary}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(errors, 2)
+                _Summary(summary)
+                while not os.path.exists(request["go"]):
+                    time.sleep(0.002)
+                code = cli_main.main(argv)
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    sys.stdout.write(json.dumps({"started": len(pids)}) + "\n")
+    sys.stdout.flush()
+    replies = [_status(os.waitpid(pid, 0)[1]) for pid in pids]
+    sys.stdout.write(json.dumps({"done": replies}) + "\n")
+    sys.stdout.flush()
+
+
 def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
+        if request["op"] == "many":
+            many(request)
+            continue
         pid = os.fork()
         if pid == 0:
             code = 99
@@ -159,11 +200,7 @@ def serve() -> None:
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
-        reply = {
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "rc": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        }
-        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.write(json.dumps(_status(status)) + "\n")
         sys.stdout.flush()
 
 

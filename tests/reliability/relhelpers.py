@@ -7,9 +7,11 @@ import io
 import json
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
 S0_JSON = REPO / "examples" / "cross_config_s0_cpu_smoke.json"
@@ -181,3 +183,42 @@ def report(campaign: str, line: str, numbers: dict[str, Any]) -> None:
     existing[campaign] = numbers
     target.write_text(json.dumps(existing, indent=1, sort_keys=True), "utf-8")
     print(f"\n[reliability] {campaign}: {line}", flush=True)
+
+
+class ForkServer:
+    """tests/reliability/crash_child.py: imports xconf once, forks a child per request."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("crash_child.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=child_env(),
+            cwd=REPO,
+            text=True,
+        )
+
+    def send(self, **request: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+
+    @property
+    def replies(self) -> IO[str]:
+        assert self.proc.stdout is not None
+        return self.proc.stdout
+
+    def receive(self) -> dict[str, Any]:
+        line = self.replies.readline()
+        assert line, "the fork server died"
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        self.send(**request)
+        return self.receive()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)

@@ -10,18 +10,16 @@ plan publication (docs/reliability.md).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import select
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.reliability.relhelpers import (
-    REPO,
     RUN_FLAGS,
+    ForkServer,
     attempt_state,
-    child_env,
     report,
     scaled,
     valid_attempts,
@@ -56,50 +54,32 @@ def _poll(root: Path, seen: dict[str, tuple[int, bytes]], problems: list[str]) -
         seen[rel] = (ino, data)
 
 
-def _round(tmp: Path, experiment: Path, runners: int, resume: bool) -> dict[str, int]:
+def _round(
+    server: ForkServer, tmp: Path, experiment: Path, runners: int, resume: bool
+) -> dict[str, int]:
     root = tmp / "root"
     go = tmp / "go"
-    procs = []
-    for i in range(runners):
-        flags = [] if resume else ["--no-resume"]
-        argv = ["run", str(experiment), *RUN_FLAGS, *flags, "--output-root", str(root)]
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(Path(__file__).with_name("concurrent_child.py")),
-                    str(tmp / f"ready{i}"),
-                    str(go),
-                    str(tmp / f"summary{i}.json"),
-                    "--",
-                    *argv,
-                ],
-                env=child_env(),
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
-    deadline = time.monotonic() + 180
-    while not all((tmp / f"ready{i}").exists() for i in range(runners)):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-        time.sleep(0.01)
-    go.touch()  # every runner is imported and waiting: start them at once
+    flags = [] if resume else ["--no-resume"]
+    argv = ["run", str(experiment), *RUN_FLAGS, *flags, "--output-root", str(root)]
+    summaries = [str(tmp / f"summary{i}.json") for i in range(runners)]
+    server.send(op="many", argvs=[argv] * runners, summaries=summaries, go=str(go))
+    assert server.receive() == {"started": runners}
+    go.touch()  # every runner is forked and waiting: start them at once
     seen: dict[str, tuple[int, bytes]] = {}
     problems: list[str] = []
-    while any(p.poll() is None for p in procs):
+    done = None
+    while done is None:
         _poll(root, seen, problems)
-        time.sleep(0.02)
+        if select.select([server.replies], [], [], 0.02)[0]:
+            done = server.receive()["done"]
     _poll(root, seen, problems)
-    for p in procs:
-        assert p.stderr is not None
-        err = p.stderr.read().decode()
-        assert p.returncode == 1, err  # the offset case fails by design
-        assert "Traceback" not in err
+    assert done == [{"signal": None, "rc": 1}] * runners  # the offset case fails by design
+    for summary in summaries:
+        assert "Traceback" not in Path(f"{summary}.err").read_text()
     assert problems == []
     published: dict[tuple[str, str], int] = {}
     for i in range(runners):
-        for case_id, attempt_id, reused, _ in json.loads((tmp / f"summary{i}.json").read_text()):
+        for case_id, attempt_id, reused, _ in json.loads(Path(summaries[i]).read_text()):
             if not reused:
                 published[(case_id, attempt_id)] = published.get((case_id, attempt_id), 0) + 1
     shared = [k for k, n in published.items() if n > 1]
@@ -129,10 +109,16 @@ def test_concurrent_runners(tmp_path: Path) -> None:
     started = time.monotonic()
     experiment = write_experiment(tmp_path)
     rounds = []
-    for index, (runners, resume) in enumerate(ROUNDS):
-        work = tmp_path / f"round{index}"
-        work.mkdir()
-        rounds.append(_round(work, experiment, runners, resume))
+    server = ForkServer()
+    try:
+        for index, (runners, resume) in enumerate(ROUNDS):
+            work = tmp_path / f"round{index}"
+            work.mkdir()
+            rounds.append(_round(server, work, experiment, runners, resume))
+        server.close()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
     conflicts = sum(r["conflicts"] for r in rounds)
     assert conflicts == 0
     seconds = time.monotonic() - started

@@ -9,19 +9,15 @@ payload write, sealing), spread over the run. After each kill it resumes to comp
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.reliability.relhelpers import (
-    REPO,
+    ForkServer,
     attempt_state,
-    child_env,
     final_state,
     report,
     scaled,
@@ -40,32 +36,6 @@ REQUIRED_PHASES = {
     "seal",
     *(f"write:{name}" for name in PAYLOAD_FILES),
 }
-
-
-class ForkServer:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("crash_child.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=child_env(),
-            cwd=REPO,
-            text=True,
-        )
-
-    def ask(self, **request: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, "the fork server died"
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 def choose_points(trace: list[list[str]], count: int) -> list[int]:
