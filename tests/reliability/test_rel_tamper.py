@@ -9,13 +9,18 @@ the damaged attempt with a reason and exit non-zero.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from tests.reliability.relhelpers import (
     RUN_FLAGS,
@@ -26,7 +31,7 @@ from tests.reliability.relhelpers import (
     unchanged,
     write_experiment,
 )
-from xconf.artifacts.store import PAYLOAD_FILES, SEAL_NAME
+from xconf.artifacts.store import PAYLOAD_FILES, SEAL_NAME, read_tensors
 from xconf.verify import EXIT_VALID, verify_run
 
 EXP = "rel-s0"
@@ -172,3 +177,80 @@ def test_verify_cli_exit_codes(pristine: tuple[Path, Path], tmp_path: Path) -> N
         results.append(done.returncode)
         assert "Traceback" not in done.stderr + done.stdout
     assert results == [1]
+
+
+def _reseal(attempt: Path, result: str | None = None) -> None:
+    """Recompute every digest in COMPLETE: a forgery that the seal alone cannot catch."""
+    seal = json.loads((attempt / SEAL_NAME).read_text())
+    for name in seal["files"]:
+        seal["files"][name] = hashlib.sha256((attempt / name).read_bytes()).hexdigest()
+    if result is not None:
+        seal["result"] = result
+    (attempt / SEAL_NAME).write_text(json.dumps(seal))
+
+
+def _edit_tensors(path: Path, key: str, change: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    tensors = read_tensors(path)
+    tensors[key] = change(tensors[key]).contiguous()
+    path.unlink()
+    save_file(tensors, str(path))
+
+
+def _edit_json(path: Path, **changes: Any) -> None:
+    doc = json.loads(path.read_text())
+    doc.update(changes)
+    path.unlink()
+    path.write_text(json.dumps(doc))
+
+
+def _bump(t: torch.Tensor) -> torch.Tensor:
+    t = t.clone()
+    t[0, 7] += 1.0  # an active token (positions 5-14 are active in the S0 identity)
+    return t
+
+
+FORGERIES: dict[str, Callable[[Path], str | None]] = {
+    "verdict flipped": lambda a: _edit_json(a / "comparison.json", result="fail") or "fail",
+    "mismatch count": lambda a: _edit_json(a / "comparison.json", mismatches=3),
+    "threshold widened": lambda a: _edit_tensors(
+        a / "token_diffs.safetensors", "threshold", lambda t: t * 0 + 1.0
+    ),
+    "rollout logprob moved": lambda a: _edit_tensors(
+        a / "token_diffs.safetensors", "rollout_logprobs", _bump
+    ),
+    "training score moved": lambda a: _edit_tensors(
+        a / "score_training.safetensors", "logprobs", _bump
+    ),
+    "mismatch mask edited": lambda a: _edit_tensors(
+        a / "token_diffs.safetensors", "mismatch_mask", lambda t: 1 - t
+    ),
+}
+
+
+def test_resealed_forgeries_are_caught_by_verify(
+    pristine: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Seals are integrity, not authentication: a re-sealed forgery passes the seal check,
+    so `xconf verify` re-judges every verdict from the stored tensors and threshold."""
+    _, source = pristine
+    caught = {}
+    for index, (name, forge) in enumerate(FORGERIES.items()):
+        root = tmp_path / f"f{index}"
+        shutil.copytree(source, root, symlinks=True)
+        baseline = next(
+            c
+            for c in sorted((root / EXP / "cases").iterdir())
+            if json.loads((c / "a-0001" / "comparison.json").read_text())["result"] == "pass"
+        )
+        attempt = baseline / "a-0001"
+        _reseal(attempt, forge(attempt))
+        findings = verify_run(root / EXP).findings
+        finding = next(f for f in findings if f.case_id == baseline.name)
+        assert finding.status == "damaged", (name, finding)
+        caught[name] = finding.reason
+    assert len(caught) == len(FORGERIES)
+    report(
+        "forgeries",
+        f"{len(caught)}/{len(FORGERIES)} re-sealed forgeries caught by verdict recomputation",
+        {"caught": caught},
+    )
