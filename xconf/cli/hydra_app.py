@@ -30,7 +30,7 @@ from xconf.cli.session import (
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError, XconfError
-from xconf.runner import check_case_timeout
+from xconf.runtime.deadline import check_case_timeout
 
 _state: dict[str, Any] = {"started": False, "exit": EXIT_OK}
 

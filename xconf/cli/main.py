@@ -22,7 +22,7 @@ from xconf.cli.session import (
 )
 from xconf.config.strict import load_experiment_file
 from xconf.errors import XconfError
-from xconf.runner import check_case_timeout
+from xconf.runtime.deadline import check_case_timeout
 
 
 def _parser() -> argparse.ArgumentParser:
