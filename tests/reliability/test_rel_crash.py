@@ -3,7 +3,8 @@
 A fork server (crash_child.py) imports xconf once; each run is a forked child. A trace of an
 uninterrupted run lists every fault point; the campaign kills at points chosen round-robin
 over phases (planning, engine construction, scoring, comparison, attempt allocation, each
-payload write, sealing), spread over the run. After each kill it resumes to completion.
+payload write, sealing), spread over the run. After each kill it resumes to completion;
+every third time the resume itself is killed first, at a point of its own run.
 """
 
 from __future__ import annotations
@@ -80,14 +81,23 @@ def test_crash_consistency(tmp_path: Path) -> None:
 
         points = choose_points(trace, KILLS)
         phases_hit: set[str] = set()
-        survived = 0
-        for at in points:
+        survived = double = 0
+        for index, at in enumerate(points):
             root = tmp_path / f"kill-{at:04d}"
             killed = server.ask(op="kill", file=str(experiment), root=str(root), at=at)
             assert killed["signal"] == 9, f"point {at} {trace[at - 1]} was not reached"
             phases_hit.add(trace[at - 1][1])
             exp_dir = root / "rel-s0"
             before = snapshot(root)
+            if index % 3 == 0:  # kill the resume too, at a point of its own run
+                again = server.ask(
+                    op="kill", file=str(experiment), root=str(root), at=5 + (index * 37) % 120
+                )
+                assert again in ({"signal": 9, "rc": None}, {"signal": None, "rc": 1}), again
+                double += again["signal"] == 9
+                middle = snapshot(root)
+                assert unchanged(before, middle) == [], (at, "second kill")
+                before = middle
             store = ExperimentStore(root, "rel-s0")
             valid_before = {
                 str(p.relative_to(root))
@@ -117,16 +127,18 @@ def test_crash_consistency(tmp_path: Path) -> None:
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
-    assert survived == len(points) >= 40
+    assert survived == len(points) >= 40 and double > 0
     assert phases_hit >= REQUIRED_PHASES, REQUIRED_PHASES - phases_hit
     seconds = time.monotonic() - started
     report(
         "crash",
-        f"{survived}/{len(points)} SIGKILLs survived over {len(trace)} fault points, "
+        f"{survived}/{len(points)} SIGKILLs survived over {len(trace)} fault points "
+        f"({double} of them followed by a second kill during the resume), "
         f"phases {sorted(phases_hit)}, {seconds:.1f}s",
         {
             "kills": len(points),
             "survived": survived,
+            "double_kills": double,
             "fault_points": len(trace),
             "phases": sorted(phases_hit),
             "seconds": round(seconds, 1),
