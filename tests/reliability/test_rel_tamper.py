@@ -27,6 +27,7 @@ from tests.reliability.relhelpers import (
     attempt_state,
     cli,
     report,
+    scaled,
     snapshot,
     unchanged,
     write_experiment,
@@ -254,3 +255,52 @@ def test_resealed_forgeries_are_caught_by_verify(
         f"{len(caught)}/{len(FORGERIES)} re-sealed forgeries caught by verdict recomputation",
         {"caught": caught},
     )
+
+
+@pytest.mark.slow
+def test_verify_never_crashes_on_resealed_garbage(
+    pristine: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Random edits to any payload, re-sealed so they pass the digest check: verify reports,
+    never raises (the seal no longer shields the parsers of comparison.json and tensors)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    _, source = pristine
+    counter = iter(range(10**6))
+    seen = {"damaged": 0, "valid": 0}
+
+    @settings(
+        max_examples=scaled(60, 60),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        st.sampled_from(PAYLOAD_FILES),
+        st.integers(min_value=0),
+        st.binary(min_size=0, max_size=16),
+        st.sampled_from(["replace", "insert", "truncate"]),
+    )
+    def fuzz(name: str, where: int, data: bytes, how: str) -> None:
+        root = tmp_path / f"g{next(counter)}"
+        shutil.copytree(source / EXP, root / EXP, symlinks=True)
+        attempt = sorted((root / EXP / "cases").iterdir())[0] / "a-0001"
+        blob = (attempt / name).read_bytes()
+        at = where % (len(blob) + 1)
+        if how == "replace":
+            blob = blob[:at] + data + blob[at + len(data) :]
+        elif how == "insert":
+            blob = blob[:at] + data + blob[at:]
+        else:
+            blob = blob[:at]
+        (attempt / name).unlink()
+        (attempt / name).write_bytes(blob)
+        _reseal(attempt)
+        finding = next(f for f in verify_run(root / EXP).findings if f.attempt_id == "a-0001")
+        seen["damaged" if finding.status == "damaged" else "valid"] += 1
+        shutil.rmtree(root)
+
+    fuzz()
+    report("verify_fuzz", f"verify survived {sum(seen.values())} re-sealed garbage edits", seen)
