@@ -44,6 +44,7 @@ PARTIAL_REASON = "no COMPLETE seal (partial attempt)"
 STALE_TEMP = re.compile(r"^\.a-\d+\.[A-Za-z0-9._-]+\.tmp-[0-9a-f]{12}$")
 ATTEMPT = re.compile(r"^a-\d+$")
 RECOMPUTABLE = frozenset({"pass", "fail", "zero_active_tokens"})
+JSON_FILES = ("requested.json", "materialized.json", "actual.json", "identity.json")
 SCORE_FILES = {"rollout": "score_rollout.safetensors", "training": "score_training.safetensors"}
 
 
@@ -113,6 +114,15 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     """Re-judge a sealed attempt from its own tensors; the first disagreement, or None."""
+    for name in JSON_FILES:
+        try:
+            document = json.loads((path / name).read_text("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return f"{name} is not valid JSON"
+        if not isinstance(document, dict):
+            return f"{name} is not a JSON object"
+        if name == "requested.json" and document.get("case_id") != seal.get("case_id"):
+            return "requested.json names another case"
     try:
         doc = json.loads((path / "comparison.json").read_text("utf-8"))
         diffs = read_tensors(path / "token_diffs.safetensors")
