@@ -45,10 +45,14 @@ FSIZE_LIMITS = (600, 4000)  # plan publication, then the first payload over the 
 
 def _mount(directory: Path, kib: int) -> bool:
     directory.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(directory)],
-        capture_output=True,
-    )
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(directory)],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):  # no mount binary, no rights: RLIMIT_FSIZE
+        return False
     return done.returncode == 0
 
 
