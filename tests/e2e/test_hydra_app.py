@@ -3,7 +3,6 @@ time) and, in-process through the same `main()`, the calls that never start a jo
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -140,10 +139,7 @@ def xconf_run_inprocess(monkeypatch, tmp_path, capsys):
 
     monkeypatch.chdir(tmp_path)
 
-    # The exit state lives in hydra_app (core) or in xconf.cli.exit_status (later versions).
-    state = getattr(hydra_app, "_state", None)
-    if state is None:
-        state = importlib.import_module("xconf.cli.exit_status").state
+    from xconf.cli.exit_status import state
 
     def call(*argv: str) -> tuple[int, str, str]:
         monkeypatch.setitem(state, "started", False)
