@@ -172,7 +172,9 @@ def compare(
         "active_mask": active.to(torch.uint8).contiguous(),
         "abs_diff": diff.contiguous(),
         "mismatch_mask": mismatch.to(torch.uint8).contiguous(),
-        "threshold": torch.tensor(threshold.value, dtype=torch.float64),
+        # The verdict compares float32 differences with the threshold rounded to float32;
+        # storing it so lets any offline recompute (torch or numpy) reproduce it bit for bit.
+        "threshold": torch.tensor(threshold.value, dtype=torch.float32),
     }
     if active_count == 0:
         doc.update(result="zero_active_tokens", reason="no active token to judge")
@@ -200,9 +202,9 @@ def error_outcome(
 def recompute_result(token_diffs: dict[str, torch.Tensor]) -> tuple[Result, int]:
     """Offline re-judgement from stored tensors and the stored threshold alone."""
     active = token_diffs["active_mask"].bool()
-    threshold = float(token_diffs["threshold"])
+    threshold = token_diffs["threshold"].to(torch.float32)
     diff = torch.abs(token_diffs["training_logprobs"] - token_diffs["rollout_logprobs"])
-    mismatches = int((active & (diff > threshold)).sum())
+    mismatches = int((active & (diff.float() > threshold)).sum())
     if int(active.sum()) == 0:
         return "zero_active_tokens", 0
     return ("fail" if mismatches else "pass"), mismatches

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
 
+from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
 from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue, KnobValueError, normalize_value
@@ -52,6 +53,13 @@ class _Issues:
 
 
 def _check_path(path: str, where: str, issues: _Issues) -> bool:
+    if any(part.strip().lower() in THRESHOLD_KEYS for part in path.split(".")):
+        issues.add(
+            "plan.threshold_forbidden",
+            where,
+            f"'{path}' names a threshold; thresholds come only from the numerical contract",
+        )
+        return False
     if path in DERIVED_KNOBS:
         issues.add("plan.derived_knob", where, f"'{path}' is derived and recorded, never set")
         return False
@@ -61,13 +69,21 @@ def _check_path(path: str, where: str, issues: _Issues) -> bool:
     return True
 
 
+def _wrong_type(kind: str, raw: object) -> bool:
+    """True when ``raw`` is not even of the knob's type (bool is not an int, 1 is not a bool)."""
+    if kind == "positive_int":
+        return isinstance(raw, bool) or not isinstance(raw, int | float)
+    if kind == "bool":
+        return not isinstance(raw, bool)
+    return not isinstance(raw, str)
+
+
 def _normalize(path: str, raw: object, where: str, issues: _Issues) -> KnobValue | None:
     spec = KNOBS[path]
     try:
         return normalize_value(spec, raw)
     except KnobValueError as exc:
-        wrong_type = spec.kind in ("positive_int", "bool") and not isinstance(raw, int)
-        code = "plan.wrong_value_type" if wrong_type else "plan.unsupported_value"
+        code = "plan.wrong_value_type" if _wrong_type(spec.kind, raw) else "plan.unsupported_value"
         issues.add(code, where, str(exc))
         return None
 

@@ -18,6 +18,7 @@ from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.knobs import side_dtype
+from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.materialization import (
     apply_readback,
     check_pre_build,
@@ -135,6 +136,7 @@ class PairedRunner:
         resume: bool = True,
         contract: NumericalContract | None = None,
         on_case: Callable[[CaseRecord], None] | None = None,
+        case_timeout_s: float | None = None,
     ) -> None:
         self.plan = plan
         self.adapter = adapter
@@ -144,6 +146,7 @@ class PairedRunner:
         self.resume = resume
         self.contract = contract or load_contract()
         self.on_case = on_case
+        self.case_timeout_s = check_case_timeout(case_timeout_s)
         self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
 
     # -- identity of an execution -------------------------------------------------------------
@@ -237,24 +240,9 @@ class PairedRunner:
         )
         actual: dict[str, Any] = {"sides": {}}
         scores: dict[str, SideScore] = {}
-        strict = self.plan.plan.spec.strict_fallback
         try:
-            check_pre_build(binding, strict_fallback=strict)
-            session = OperatorSession(self.catalog, self.policy)
-            for side in SIDES:
-                side_binding = binding.side(side)
-                engine = self.engines.get(side_binding, case)
-                operator = session.instantiate(case.operator(side))
-                scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
-                # Read back after scoring: request-lifecycle knobs are only observable then.
-                applications = apply_readback(side_binding, engine.readback())
-                actual["sides"][side] = [a.to_dict() for a in applications]
-                reasons = strict_violations(applications, strict_fallback=strict)
-                if reasons:
-                    raise XconfError(
-                        "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
-                    )
-            actual["operator_provenance"] = list(session.provenance())
+            with case_deadline(self.case_timeout_s):
+                self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
             outcome = compare(
                 inputs,
                 identity.digest(),
@@ -264,6 +252,8 @@ class PairedRunner:
                 self.contract,
             )
         except Exception as exc:  # a failing case is a verdict, never a crashed sweep
+            if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
+                self.engines.close()  # a stopped engine may be mid-call: never reuse it
             error = (
                 exc.to_dict()
                 if isinstance(exc, XconfError)
@@ -280,6 +270,48 @@ class PairedRunner:
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
         )
+        return self._documents(case, binding, identity, knobs, actual, scores, outcome)
+
+    def _score_sides(
+        self,
+        case: ExecutionCase,
+        binding: RuntimeBinding,
+        identity: Identity,
+        inputs: FrozenInputs,
+        knobs: dict[str, Any],
+        scores: dict[str, SideScore],
+        actual: dict[str, Any],
+    ) -> None:
+        """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
+        strict = self.plan.plan.spec.strict_fallback
+        declared = frozenset(path for path, _ in case.case.changed)
+        check_pre_build(binding, strict_fallback=strict)
+        session = OperatorSession(self.catalog, self.policy)
+        for side in SIDES:
+            side_binding = binding.side(side)
+            engine = self.engines.get(side_binding, case)
+            operator = session.instantiate(case.operator(side))
+            scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
+            # Read back after scoring: request-lifecycle knobs are only observable then.
+            applications = apply_readback(side_binding, engine.readback())
+            actual["sides"][side] = [a.to_dict() for a in applications]
+            reasons = strict_violations(applications, strict_fallback=strict, declared=declared)
+            if reasons:
+                raise XconfError(
+                    "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
+                )
+        actual["operator_provenance"] = list(session.provenance())
+
+    def _documents(
+        self,
+        case: ExecutionCase,
+        binding: RuntimeBinding,
+        identity: Identity,
+        knobs: dict[str, Any],
+        actual: dict[str, Any],
+        scores: dict[str, SideScore],
+        outcome: ComparisonOutcome,
+    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         documents = {
             "requested.json": {
                 "case_id": case.case.case_id,

@@ -23,6 +23,7 @@ Side = Literal["rollout", "training"]
 SIDES: tuple[Side, ...] = ("rollout", "training")
 OPERATOR_ENTRY_POINT_GROUP = "xconf.operators"
 SELECTED_LOGPROB = "selected_logprob"
+SMOKE_ONLY_PREFIX = "smoke_only."  # smoke-only backends are named so (see SMOKE_OPERATORS.md)
 
 # Ids from the reference project's JSON documents map to xconf's own backends.
 BACKEND_ALIASES: Mapping[str, str] = MappingProxyType(
@@ -172,6 +173,13 @@ def check_descriptor(
 ) -> OperatorDescriptor:
     """Strictly check that ``descriptor`` serves ``side`` here; raise with every reason."""
     if descriptor is None:
+        if normalize_backend_id(backend_id).startswith(SMOKE_ONLY_PREFIX):
+            raise OperatorResolutionError(
+                "operator.smoke_not_authorized",
+                f"smoke-only backend '{backend_id}' is not registered: the command line registers "
+                "smoke backends only with --allow-smoke-operators / allow_smoke_operators=true",
+                path,
+            )
         raise OperatorResolutionError(
             "operator.unknown_backend", f"no registered backend '{backend_id}'", path
         )

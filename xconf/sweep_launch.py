@@ -15,6 +15,7 @@ from xconf.cli.render import make_console, plan_table, print_reasons, verdict_ta
 from xconf.cli.session import EXIT_INVALID, EXIT_OK, exit_code, publish_plan, report_error
 from xconf.config.hydra_document import reject_config_set_cli_keys
 from xconf.errors import XconfError
+from xconf.report.writer import report_after_run
 from xconf.runner import CaseRecord, RunSummary
 from xconf.sweep import SweepJob, plan_sweep, split_overrides
 
@@ -87,5 +88,6 @@ def run_sweep(
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
     console.print(f"artifacts: {summary.experiment_dir}")
+    report_after_run(summary.experiment_dir, console)
     set_exit_code(exit_code(summary.records))
     return returns

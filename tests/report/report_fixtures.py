@@ -133,7 +133,7 @@ def compare(spec: CaseSpec, case_id: str, attempt_id: str) -> tuple[dict[str, An
         "active_mask": torch.from_numpy(active.astype(np.uint8)),
         "abs_diff": torch.from_numpy(abs_diff),
         "mismatch_mask": torch.from_numpy(mismatch.astype(np.uint8)),
-        "threshold": torch.tensor(threshold, dtype=torch.float64),
+        "threshold": torch.tensor(threshold, dtype=torch.float32),
     }
     return comparison, tensors
 

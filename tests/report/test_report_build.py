@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from report_fixtures import case_id_for
 
-from xconf.report import build_report
+from xconf.report.build import build_report
 from xconf.report.model import ReportData
 from xconf.report.writer import render
 

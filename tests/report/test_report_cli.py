@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from xconf.report import build_report, main_report, render_terminal_summary, report_after_run
+from xconf.report.build import build_report
+from xconf.report.cli import main_report
+from xconf.report.terminal import render_terminal_summary
+from xconf.report.writer import report_after_run
 
 
 def test_default_output_is_html_in_the_run_dir(run_dir: Path, capsys) -> None:

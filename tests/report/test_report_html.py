@@ -11,7 +11,7 @@ import pytest
 from chromium_harness import open_page
 from report_fixtures import case_id_for
 
-from xconf.report import write_report
+from xconf.report.writer import write_report
 
 OFFSET = case_id_for({"logp.backend": "smoke_only.logp_offset"})
 

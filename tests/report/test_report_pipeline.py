@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xconf.report import main_report
+from xconf.report.cli import main_report
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cross_config_s0_cpu_smoke.json"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from report_fixtures import CaseSpec, logprobs, write_run
 
-from xconf.report import write_report
+from xconf.report.writer import write_report
 
 CASES = 256
 BUDGET_S = 60.0

@@ -7,12 +7,22 @@ import errno
 import hashlib
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from xconf.errors import ArtifactError
 from xconf.schema import is_safe_id
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def io_error(exc: OSError, path: Path) -> ArtifactError:
+    """A coded error for a failed write: ``artifacts.disk_full`` or ``artifacts.io``."""
+    code = "artifacts.disk_full" if exc.errno in _FULL else "artifacts.io"
+    return ArtifactError(code, f"cannot write {path}: {exc}", str(path))
 
 
 def sha256_file(path: Path) -> str:
@@ -22,6 +32,24 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of a regular file, None if absent; a symlink or non-file is an error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ArtifactError(
+                "artifacts.symlink", f"{path} is a symlink and is never followed", str(path)
+            ) from exc
+        raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from exc
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ArtifactError("artifacts.not_a_file", f"{path} is not a regular file", str(path))
+        return handle.read()
 
 
 def fsync_dir(path: Path) -> None:
@@ -43,12 +71,19 @@ def ensure_real_dir(root: Path, *parts: str) -> Path:
     current = root
     if current.is_symlink():
         raise ArtifactError("artifacts.symlink", f"{current} is a symlink", str(current))
-    current.mkdir(parents=True, exist_ok=True)
+    try:
+        current.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise io_error(exc, current) from exc
     for part in parts:
         check_id(part, "path component")
         current = current / part
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(current)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise io_error(exc, current) from exc
         if current.is_symlink() or not current.is_dir():
             raise ArtifactError(
                 "artifacts.not_a_directory", f"{current} is not a real directory", str(current)
@@ -56,11 +91,22 @@ def ensure_real_dir(root: Path, *parts: str) -> Path:
     return current
 
 
-def publish_bytes(directory: Path, name: str, data: bytes) -> str:
-    """Write ``data`` as ``directory/name`` atomically; fail if the name exists. Returns sha256."""
+def publish_bytes(directory: Path, name: str, data: bytes, *, staging: Path | None = None) -> str:
+    """Write ``data`` as ``directory/name`` atomically; fail if the name exists. Returns sha256.
+
+    The temporary file lives in ``staging`` (same filesystem) when given, so that a crash
+    between the link and the unlink never leaves a stray entry inside ``directory``: a sealed
+    attempt directory then holds exactly its payloads and ``COMPLETE``.
+    """
     final = directory / name
-    tmp = directory / f".{name}.tmp-{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    if staging is None:
+        tmp = directory / f".{name}.tmp-{secrets.token_hex(6)}"
+    else:
+        tmp = staging / f".{directory.name}.{name}.tmp-{secrets.token_hex(6)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise io_error(exc, final) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -75,8 +121,7 @@ def publish_bytes(directory: Path, name: str, data: bytes) -> str:
     except OSError as exc:
         if isinstance(exc, ArtifactError):
             raise
-        code = "artifacts.disk_full" if exc.errno in (errno.ENOSPC, errno.EFBIG) else "artifacts.io"
-        raise ArtifactError(code, f"cannot write {final}: {exc}", str(final)) from exc
+        raise io_error(exc, final) from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -86,17 +131,22 @@ def publish_bytes(directory: Path, name: str, data: bytes) -> str:
 
 def append_line(path: Path, line: bytes) -> None:
     """Append one line (durably); a torn earlier line is terminated first."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
     try:
-        size = os.fstat(fd).st_size
-        if size:
-            os.lseek(fd, size - 1, os.SEEK_SET)
-            if os.read(fd, 1) != b"\n":
-                line = b"\n" + line
-        os.write(fd, line + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                os.lseek(fd, size - 1, os.SEEK_SET)
+                if os.read(fd, 1) != b"\n":
+                    line = b"\n" + line
+            pending = memoryview(line + b"\n")
+            while pending:  # a short write (file-size limit, full disk) is not a success
+                pending = pending[os.write(fd, pending) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise io_error(exc, path) from exc
 
 
 def allocate_attempt_dir(case_dir: Path) -> tuple[str, Path]:
@@ -115,5 +165,7 @@ def allocate_attempt_dir(case_dir: Path) -> tuple[str, Path]:
         except FileExistsError:
             number += 1
             continue
+        except OSError as exc:
+            raise io_error(exc, path) from exc
         fsync_dir(case_dir)
         return attempt_id, path

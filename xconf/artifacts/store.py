@@ -21,6 +21,7 @@ from xconf.artifacts.safe_io import (
     check_id,
     ensure_real_dir,
     publish_bytes,
+    read_regular,
     sha256_file,
 )
 from xconf.errors import ArtifactError
@@ -38,6 +39,9 @@ PAYLOAD_FILES = (
     "comparison.json",
 )
 NON_REUSABLE_RESULTS = frozenset({"error"})
+SEAL_KEYS = frozenset(
+    {"schema", "experiment_id", "case_id", "attempt_id", "execution_key", "result", "files"}
+)
 
 
 def json_bytes(document: Any) -> bytes:
@@ -79,7 +83,13 @@ class ExperimentStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         ensure_real_dir(self.root, self.experiment_id)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        lock = self.path / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise ArtifactError(
+                "artifacts.lock", f"cannot open the lock file {lock}: {exc}", str(lock)
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -91,8 +101,12 @@ class ExperimentStore:
         """Write experiment.json once (a rerun must match it) and append unseen plan rows."""
         with self._locked():
             header_path = self.path / "experiment.json"
-            if header_path.exists():
-                existing = json.loads(header_path.read_text("utf-8"))
+            existing_bytes = read_regular(header_path)
+            if existing_bytes is not None:
+                try:
+                    existing = json.loads(existing_bytes.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    existing = None
                 if existing != json.loads(json_bytes(header)):
                     raise ArtifactError(
                         "artifacts.experiment_conflict",
@@ -113,10 +127,10 @@ class ExperimentStore:
 
     def planned_case_ids(self) -> set[str]:
         ids: set[str] = set()
-        plan = self.path / "plan.jsonl"
-        if not plan.exists():
+        data = read_regular(self.path / "plan.jsonl")
+        if data is None:
             return ids
-        for line in plan.read_text("utf-8").splitlines():
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 ids.add(json.loads(line)["case_id"])
             except (ValueError, KeyError, TypeError):
@@ -150,7 +164,7 @@ class ExperimentStore:
                     {k: v.contiguous() for k, v in tensors[name].items()},
                     metadata={"case_id": case_id, "attempt_id": attempt_id},
                 )
-            digests[name] = publish_bytes(path, name, data)
+            digests[name] = publish_bytes(path, name, data, staging=path.parent)
         seal = {
             "schema": SEAL_SCHEMA,
             "experiment_id": self.experiment_id,
@@ -160,7 +174,7 @@ class ExperimentStore:
             "result": result,
             "files": digests,
         }
-        publish_bytes(path, SEAL_NAME, json_bytes(seal))
+        publish_bytes(path, SEAL_NAME, json_bytes(seal), staging=path.parent)
         return PublishedAttempt(case_id, attempt_id, path, result)
 
     def attempts(self, case_id: str) -> list[Path]:
@@ -205,6 +219,8 @@ class ExperimentStore:
             or seal.get("experiment_id") != self.experiment_id
         ):
             return bad("COMPLETE names another attempt", seal)
+        if set(seal) != SEAL_KEYS:
+            return bad("COMPLETE does not have exactly the seal fields", seal)
         if set(files) != set(PAYLOAD_FILES):
             return bad("COMPLETE does not seal the expected payloads", seal)
         present = {p.name for p in path.iterdir()}
@@ -220,6 +236,13 @@ class ExperimentStore:
                 return bad(f"{name} is not a regular file", seal)
             if sha256_file(path / name) != digest:
                 return bad(f"{name} does not match its seal", seal)
+        # The seal itself is not sealed: its result must agree with the sealed verdict.
+        try:
+            sealed_result = json.loads((path / "comparison.json").read_text("utf-8"))["result"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return bad("comparison.json is malformed", seal)
+        if seal.get("result") != sealed_result:
+            return bad("COMPLETE and comparison.json disagree on the result", seal)
         return AttemptCheck(case_id, attempt_id, path, None, seal)
 
     def find_reusable(self, case_id: str, execution_key: str) -> AttemptCheck | None:

@@ -14,6 +14,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from xconf.cli.exit_status import mark_started, set_exit_code, state
 from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
@@ -30,7 +31,9 @@ from xconf.cli.session import (
 )
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
-from xconf.errors import XconfError
+from xconf.errors import ConfigError, XconfError
+from xconf.report.writer import report_after_run
+from xconf.runtime.deadline import check_case_timeout
 
 
 def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) -> int:
@@ -60,13 +63,25 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
             device=adapter.device,
         )
         with case_progress(console, len(prepared.execution.cases)) as on_case:
-            summary = run_prepared(prepared, adapter, resume=bool(cfg.resume), on_case=on_case)
+            summary = run_prepared(
+                prepared,
+                adapter,
+                resume=bool(cfg.resume),
+                on_case=on_case,
+                case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
+            )
         console.print(verdict_table(summary))
         print_reasons(console, summary.records)
         console.print(f"artifacts: {summary.experiment_dir}")
+        report_after_run(summary.experiment_dir, console)
         return exit_code(summary.records)
     except XconfError as error:
         report_error(error)
+        return EXIT_INVALID
+    except OmegaConfBaseException as exc:  # e.g. an override with an unresolvable ${...}
+        key = getattr(exc, "full_key", None)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        report_error(ConfigError("config.unresolvable", message, str(key) if key else None))
         return EXIT_INVALID
 
 
@@ -84,7 +99,12 @@ def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:
         allow_smoke_operators=bool(cfg.allow_smoke_operators),
         device=adapter.device,
     )
-    summary = run_prepared(prepared, adapter, resume=bool(cfg.resume))
+    summary = run_prepared(
+        prepared,
+        adapter,
+        resume=bool(cfg.resume),
+        case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
+    )
     record = summary.records[0]
     return {
         **asdict(record),
@@ -100,7 +120,10 @@ def _hydra_task(cfg: DictConfig) -> Any:
     if hydra_cfg.mode == RunMode.MULTIRUN:
         return run_sweep_job(cfg)
     choice = hydra_cfg.runtime.choices.get("runtime")
-    code = run_from_config(cfg, list(hydra_cfg.overrides.task), choice)
+    # The raw override strings: never resolve a ${...} they contain.
+    raw = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+    overrides = [str(o) for o in raw] if isinstance(raw, list) else []
+    code = run_from_config(cfg, overrides, choice)
     set_exit_code(code)
     return code
 

@@ -22,6 +22,8 @@ from xconf.cli.session import (
 )
 from xconf.config.strict import load_experiment_file
 from xconf.errors import XconfError
+from xconf.report.writer import report_after_run
+from xconf.runtime.deadline import check_case_timeout
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,9 +41,20 @@ def _parser() -> argparse.ArgumentParser:
         help="register and authorize the smoke-only operators",
     )
     run.add_argument("--no-resume", action="store_true", help="score again even if sealed")
+    run.add_argument(
+        "--case-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
+    )
     run.add_argument("--output-root", default="outputs")
-    verify = sub.add_parser("verify", help="recompute every seal and verdict of a run offline")
-    verify.add_argument("run_dir", type=Path)
+    verify = sub.add_parser(
+        "verify",
+        help="recompute every seal and verdict of a run offline "
+        "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
+    )
+    verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
     return parser
 
@@ -59,6 +72,7 @@ def _plan(args: argparse.Namespace, console: Console) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     spec = load_experiment_file(args.file)
+    check_case_timeout(args.case_timeout)
     adapter = instantiate_runtime(runtime_config(args.runtime))
     prepared = prepare(
         spec,
@@ -67,9 +81,16 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         device=adapter.device,
     )
     with case_progress(console, len(prepared.execution.cases)) as on_case:
-        summary = run_prepared(prepared, adapter, resume=not args.no_resume, on_case=on_case)
+        summary = run_prepared(
+            prepared,
+            adapter,
+            resume=not args.no_resume,
+            on_case=on_case,
+            case_timeout_s=args.case_timeout,
+        )
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
+    report_after_run(summary.experiment_dir, console)
     return exit_code(summary.records)
 
 

@@ -107,6 +107,7 @@ def run_prepared(
     resume: bool,
     on_case: Any = None,
     case_ids: set[str] | None = None,
+    case_timeout_s: float | None = None,
 ) -> RunSummary:
     scenario_device = prepared.execution.plan.spec.scenario.device
     if scenario_device != adapter.device:
@@ -125,6 +126,7 @@ def run_prepared(
         prepared.policy,
         resume=resume,
         on_case=on_case,
+        case_timeout_s=case_timeout_s,
     )
     try:
         return runner.run(case_ids)

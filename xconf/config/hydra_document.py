@@ -9,7 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from xconf.errors import ConfigError
 
 # Keys of the application itself, defined by conf/config.yaml.
-APP_KEYS = frozenset({"mode", "allow_smoke_operators", "output_root", "resume", "runtime"})
+APP_KEYS = frozenset(
+    {"mode", "allow_smoke_operators", "output_root", "resume", "runtime", "case_timeout_s"}
+)
 KNOB_ROOTS = ("batch", "rollout", "training", "logp")
 # Values conf/config.yaml gives them; anything else must come from a command-line override.
 CLI_DEFAULTS: dict[str, Any] = {"mode": "run", "allow_smoke_operators": False}

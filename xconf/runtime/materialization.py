@@ -84,15 +84,22 @@ def apply_readback(
 
 
 def strict_violations(
-    applications: tuple[KnobApplication, ...], *, strict_fallback: bool
+    applications: tuple[KnobApplication, ...],
+    *,
+    strict_fallback: bool,
+    declared: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """Reasons strict execution refuses these applications (empty: acceptable)."""
+    """Reasons strict execution refuses these applications (empty: acceptable).
+
+    A fallback is measurable only when its knob is itself the case's declared intervention
+    (``declared``): then the case measures what the fallback does, and actual.json records it.
+    """
     reasons = []
     for app in applications:
         where = f"{app.side}:{app.path}"
         if app.status in REJECTED_STATUSES:
             reasons.append(f"{where} is {app.status} ({app.evidence})")
-        elif app.status == "fallback" and strict_fallback:
+        elif app.status == "fallback" and strict_fallback and app.path not in declared:
             reasons.append(f"{where} fell back ({app.evidence})")
         elif app.status == "unobservable" and strict_fallback and KNOBS[app.path].critical:
             reasons.append(f"{where} is a critical knob the runtime cannot observe")
@@ -103,11 +110,9 @@ def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
     """Refuse before any engine is built when a requested setting would be ignored."""
     reasons = []
     for side in (binding.rollout, binding.training):
-        reasons += [
-            r
-            for r in strict_violations(side.knobs, strict_fallback=strict_fallback)
-            if "unobservable" not in r
-        ]
+        # Unobservable is judged after the engine is built, on what it reads back.
+        observable = tuple(k for k in side.knobs if k.status != "unobservable")
+        reasons += strict_violations(observable, strict_fallback=strict_fallback)
     if reasons:
         raise RuntimeMaterializationError(
             "runtime.strict_refused", "; ".join(reasons), path=reasons[0].split(" ")[0]

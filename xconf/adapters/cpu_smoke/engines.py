@@ -223,7 +223,8 @@ class RolloutEngine(_SyntheticEngine):
         would recompute prompt logprobs; the cached KV only changes how the suffix is decoded.
         """
         tokens = tuple(int(x) for x in token_ids[0])
-        length = (len(tokens) // PREFIX_BLOCK) * PREFIX_BLOCK
+        # At least the last token is always decoded, as engines do on a full prefix hit.
+        length = ((len(tokens) - 1) // PREFIX_BLOCK) * PREFIX_BLOCK
         while length and tokens[:length] not in self._prefix_cache:
             length -= PREFIX_BLOCK
         if not length:

@@ -1,0 +1,110 @@
+"""Strict v1 loading: every bad input gets its own code and names the offending path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.core.bad_inputs import ALL_ERRORS, CONFIG_ERRORS, PLAN_ERRORS, apply
+from xconf.cli.session import prepare
+from xconf.config.strict import load_experiment_file, parse_experiment
+from xconf.errors import ConfigError, PlanError, XconfError
+
+
+def _issues(error: XconfError) -> list[tuple[str, str | None]]:
+    if isinstance(error, PlanError):
+        return [(i.code, i.path) for i in error.issues]
+    return [(error.code, error.path)]
+
+
+def _prepare_error(path: Path, out: Path) -> XconfError:
+    with pytest.raises(XconfError) as info:
+        spec = load_experiment_file(path)
+        prepare(spec, output_root=out, allow_smoke_operators=True, device="cpu")
+    return info.value
+
+
+def test_the_shipped_examples_load(s0_doc, s3_doc) -> None:
+    assert parse_experiment(s0_doc).experiment_id == "cpu-smoke-json"
+    assert parse_experiment(s3_doc).experiment_id == "qwen3-8b-alignment"
+
+
+@pytest.mark.parametrize(
+    ("mutation", "code", "path"),
+    [pytest.param(m, c, p, id=i) for i, m, c, p in CONFIG_ERRORS],
+)
+def test_structural_errors_have_code_and_path(s0_doc, write_doc, mutation, code, path) -> None:
+    file = write_doc(apply(s0_doc, mutation))
+    with pytest.raises(ConfigError) as info:
+        load_experiment_file(file)
+    assert info.value.code == code
+    if path:
+        assert info.value.path == path
+        assert path in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("mutation", "code", "path"),
+    [pytest.param(m, c, p, id=i) for i, m, c, p in PLAN_ERRORS],
+)
+def test_knob_errors_are_plan_issues(s0_doc, write_doc, tmp_path, mutation, code, path) -> None:
+    file = write_doc(apply(s0_doc, mutation))
+    error = _prepare_error(file, tmp_path / "out")
+    assert isinstance(error, PlanError)
+    assert (code, path) in _issues(error)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("code_path", [(c, p) for _, _, c, p in ALL_ERRORS])
+def test_codes_are_namespaced(code_path) -> None:
+    code, _ = code_path
+    assert code.split(".", 1)[0] in {"config", "plan", "operator"}
+
+
+def test_planner_reports_every_issue_at_once(s0_doc) -> None:
+    s0_doc["interventions"] = [
+        {"path": "rollout.foo", "values": [1]},
+        {"path": "rollout.vocab_layout", "values": ["x"]},
+        {"path": "batch.size", "values": []},
+    ]
+    del s0_doc["baseline"]["logp"]
+    from xconf.planner import plan_experiment
+
+    with pytest.raises(PlanError) as info:
+        plan_experiment(parse_experiment(s0_doc))
+    codes = {i.code for i in info.value.issues}
+    assert codes == {
+        "plan.unsupported_path",
+        "plan.derived_knob",
+        "plan.empty_intervention",
+        "plan.missing_baseline_value",
+    }
+
+
+def test_error_message_lists_the_path() -> None:
+    error = ConfigError("config.unknown_key", "unknown key 'foo'", "identity.foo")
+    assert "identity.foo" in str(error)
+    assert error.to_dict() == {
+        "code": "config.unknown_key",
+        "path": "identity.foo",
+        "message": "unknown key 'foo'",
+    }
+
+
+@pytest.mark.parametrize("key", ["description", "owner", "notes"])
+def test_scenario_accepts_descriptive_scalars(s0_doc, key) -> None:
+    s0_doc["scenario"][key] = "text"
+    assert dict(parse_experiment(s0_doc).scenario.fields)[key] == "text"
+
+
+def test_threshold_in_an_override_string_value_is_refused(s0_doc) -> None:
+    s0_doc["scenario"]["description"] = "training.atol=1e-3"
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(s0_doc)
+    assert info.value.code == "config.threshold_forbidden"
+    assert info.value.path == "scenario.description"
+
+
+def test_parsing_is_deterministic(s0_doc) -> None:
+    assert parse_experiment(s0_doc) == parse_experiment(s0_doc)

@@ -1,0 +1,179 @@
+"""Paired runner: verdicts through the real pipeline, execution keys, resume at library level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.core.runs import attempt_doc, only, run_doc
+from xconf.adapters.cpu_smoke import engines
+from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+from xconf.cli import session
+from xconf.ops.reference import ReferenceSelectedLogprob
+from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+
+
+class NanOnTraining:
+    """A deliberately broken operator: NaN on every active training token."""
+
+    def __init__(self, side: str) -> None:
+        self.side = side
+
+    def __call__(self, logits, targets, active):
+        selected = ReferenceSelectedLogprob()(logits, targets, active)
+        if self.side == "training":
+            return torch.where(active.bool(), torch.full_like(selected, float("nan")), selected)
+        return selected
+
+
+def _with_nan_operator(monkeypatch) -> None:
+    original = session.make_catalog
+
+    def make_catalog(allow_smoke_operators: bool):
+        catalog = original(allow_smoke_operators)
+        catalog.register(
+            OperatorDescriptor(
+                semantic_operation=SELECTED_LOGPROB,
+                backend_id="test.nan_logp",
+                factory=f"{__name__}:NanOnTraining",
+                version="1",
+                factory_takes_side=True,
+            )
+        )
+        return catalog
+
+    monkeypatch.setattr(session, "make_catalog", make_catalog)
+
+
+def test_offset_fails_and_references_pass(s0_doc, tmp_path) -> None:
+    doc = only(
+        s0_doc,
+        logp__backend=[
+            "xconf.reference_logp",
+            "smoke_only.logp_reference",
+            "smoke_only.logp_offset",
+        ],
+    )
+    summary = run_doc(doc, tmp_path)
+    results = {r.label: r.result for r in summary.records}
+    assert results == {
+        "baseline": "pass",
+        "logp.backend=xconf.reference_logp": "pass",
+        "logp.backend=smoke_only.logp_reference": "pass",
+        "logp.backend=smoke_only.logp_offset": "fail",
+    }
+    offset = next(r for r in summary.records if r.result == "fail")
+    assert offset.mismatches == offset.active_tokens == 40
+    assert abs(offset.max_abs_diff - 0.25) < 1e-4  # offset plus the path's own drift
+
+
+def test_non_finite_active_scores_are_invalid_artifact(s0_doc, tmp_path, monkeypatch) -> None:
+    _with_nan_operator(monkeypatch)
+    (_, record) = run_doc(only(s0_doc, logp__backend=["test.nan_logp"]), tmp_path).records
+    assert record.result == "invalid_artifact"
+    assert "non-finite" in record.reason
+
+
+def test_zero_active_tokens_through_the_runner(s0_doc, tmp_path) -> None:
+    mask = s0_doc["identity"]["active_mask"]
+    s0_doc["identity"]["active_mask"] = [[0] * len(row) for row in mask]
+    (record,) = run_doc(only(s0_doc), tmp_path).records
+    assert record.result == "zero_active_tokens"
+    assert record.active_tokens == 0
+
+
+def test_training_kv_cache_is_invalid_identity(s0_doc, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(engines.TrainingEngine, "_uses_kv_cache", lambda self: True)
+    summary = run_doc(only(s0_doc), tmp_path)
+    assert summary.records[0].result == "invalid_identity"
+    doc = attempt_doc(summary, "baseline", "comparison.json")
+    assert doc["identity"]["violations"] == ["training scorer used a KV cache"]
+
+
+def test_state_change_is_invalid_identity(s0_doc, tmp_path, monkeypatch) -> None:
+    def mutating(self, token_ids, position_ids):
+        self.model.norm_eps.add_(1e-3)  # a scorer that touches a buffer
+        return self.model.forward_full(token_ids, position_ids, self.attention)
+
+    monkeypatch.setattr(engines.TrainingEngine, "_logits", mutating)
+    (record,) = run_doc(only(s0_doc), tmp_path).records
+    assert record.result == "invalid_identity"
+    assert "changed its parameters or buffers" in record.reason
+
+
+def test_rerun_reuses_and_no_resume_scores_again(s0_doc, tmp_path) -> None:
+    doc = only(s0_doc, batch__size=[1])
+    first = run_doc(doc, tmp_path)
+    again = run_doc(doc, tmp_path)
+    assert [r.reused for r in again.records] == [True, True]
+    assert (again.engines_built, again.engines_reused) == (0, 0)
+    fresh = run_doc(doc, tmp_path, resume=False)
+    assert [r.attempt_id for r in fresh.records] == ["a-0002", "a-0002"]
+    assert [r.result for r in fresh.records] == [r.result for r in first.records]
+
+
+class _OtherVersion(CpuSmokeRuntime):
+    version = "2"
+
+    def environment(self):
+        return {**super().environment(), "runtime": "cpu-smoke/2"}
+
+
+def test_changed_environment_is_not_reused(s0_doc, tmp_path) -> None:
+    doc = only(s0_doc)
+    first = run_doc(doc, tmp_path)
+    second = run_doc(doc, tmp_path, adapter=_OtherVersion())
+    assert not second.records[0].reused
+    assert second.records[0].attempt_id == "a-0002"
+    third = run_doc(doc, tmp_path)  # the older, matching attempt is still valid
+    assert third.records[0].reused and third.records[0].attempt_id == "a-0001"
+    assert first.records[0].case_id == second.records[0].case_id  # readback never renames a case
+
+
+def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:
+    doc = only(s0_doc, rollout__dtype=["bf16"], batch__size=[1])
+    summary = run_doc(doc, tmp_path)
+    assert [r.label for r in summary.records] == [
+        "baseline",
+        "rollout.dtype=bfloat16",
+        "batch.size=1",
+    ]
+    assert summary.engines_built + summary.engines_reused == 2 * len(summary.records)
+    assert Path(summary.experiment_dir) == tmp_path / "cpu-smoke-json"
+    assert summary.seconds["total"] > 0
+
+
+def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkeypatch) -> None:
+    from xconf import runner
+
+    sessions = []
+    real = runner.OperatorSession
+
+    def counting(*args, **kwargs):
+        sessions.append(real(*args, **kwargs))
+        return sessions[-1]
+
+    monkeypatch.setattr(runner, "OperatorSession", counting)
+    run_doc(only(s0_doc, logp__backend=["xconf.reference_logp"], batch__size=[1]), tmp_path)
+    assert len(sessions) == 3
+    assert [len(s.provenance()) for s in sessions] == [2, 2, 2]
+    assert len({id(s) for s in sessions}) == 3
+
+
+def test_catalog_changed_after_planning_is_a_stale_binding(s0_doc, tmp_path) -> None:
+    from xconf.config.strict import parse_experiment
+    from xconf.semantic_registry import SELECTED_LOGPROB as OP
+
+    doc = only(s0_doc, logp__backend=["xconf.reference_logp"])
+    prepared = session.prepare(
+        parse_experiment(doc), output_root=tmp_path, allow_smoke_operators=False, device="cpu"
+    )
+    ref = prepared.catalog.get(OP, "xconf.reference_logp")
+    from dataclasses import replace
+
+    prepared.catalog.register(replace(ref, version="2"), replace=True)
+    summary = session.run_prepared(prepared, CpuSmokeRuntime(), resume=True)
+    assert [r.result for r in summary.records] == ["pass", "error"]
+    comparison = attempt_doc(summary, "logp.backend=xconf.reference_logp", "comparison.json")
+    assert comparison["error"]["code"] == "operator.stale_binding"
