@@ -1,7 +1,8 @@
 """Config of ``hydra/launcher=torchrun``; registered in Hydra's ConfigStore at import."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: Hydra's plugin scan executes this module
+# without registering it in sys.modules, and dataclasses cannot resolve string annotations
+# of a module missing from sys.modules.
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore

@@ -8,6 +8,7 @@ task. Rank 0's return value becomes the job's return value.
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from collections.abc import Callable
@@ -36,7 +37,7 @@ class RankJob:
     task_cfg: dict[str, Any]  # resolved in the parent
     struct: bool
     readonly: bool
-    hydra_cfg: dict[str, Any] | None  # resolved hydra node, to give ranks a HydraConfig
+    hydra_cfg: DictConfig | None  # resolved hydra node, to give ranks a HydraConfig
     job_dir: str
     job_name: str
     world_size: int
@@ -47,17 +48,23 @@ class RankJob:
         return {"task_cfg": self.task_cfg, "job_dir": self.job_dir, "world": self.world_size}
 
 
-def _resolved_hydra_node() -> dict[str, Any] | None:
+def _resolved_hydra_node() -> DictConfig | None:
+    """A resolved copy of the job's Hydra node (a DictConfig typed HydraConf), or None."""
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
+    current = HydraConfig.instance().cfg
+    if current is None:
         return None
     try:
-        node = OmegaConf.to_container(HydraConfig.get(), resolve=True, throw_on_missing=False)
+        node = copy.deepcopy(current)
+        # Hydra marks its node read-only; this is our copy, and resolving writes values in.
+        OmegaConf.set_readonly(node, False)
+        OmegaConf.set_readonly(node.hydra, False)  # set_config flags this node explicitly
+        OmegaConf.resolve(node)
     except Exception as exc:  # a hydra field that only resolves lazily; ranks go without
         log.warning("hydra config not resolvable for ranks (%s); ranks get no HydraConfig", exc)
         return None
-    return node if isinstance(node, dict) else None
+    return node if isinstance(node, DictConfig) else None
 
 
 def make_rank_job(task_cfg: DictConfig, world_size: int) -> RankJob:
@@ -102,12 +109,10 @@ def _rank_logging(job: RankJob, rank: int) -> None:
 def _install_hydra_config(job: RankJob) -> None:
     if job.hydra_cfg is None:
         return
-    from hydra.conf import HydraConf
     from hydra.core.hydra_config import HydraConfig
 
     try:
-        cfg = OmegaConf.merge({"hydra": OmegaConf.structured(HydraConf)}, {"hydra": job.hydra_cfg})
-        HydraConfig.instance().set_config(cfg)
+        HydraConfig.instance().set_config(job.hydra_cfg)
     except Exception as exc:  # best effort: the task config itself is already resolved
         log.warning("could not install HydraConfig in rank: %s", exc)
 
