@@ -62,7 +62,10 @@ def _launch(tmp_path: Path, jobs: list[list[str]]) -> list[Any]:
 def test_one_and_two_rank_jobs(tmp_path: Path) -> None:
     rets = _launch(
         tmp_path,
-        [["rollout.tensor_parallel_size=1", "value=2"], ["rollout.tensor_parallel_size=2", "value=3"]],
+        [
+            ["rollout.tensor_parallel_size=1", "value=2"],
+            ["rollout.tensor_parallel_size=2", "value=3"],
+        ],
     )
     assert [r.status for r in rets] == [JobStatus.COMPLETED] * 2
     for num, (ret, world, total) in enumerate(zip(rets, (1, 2), (2.0, 6.0), strict=True)):

@@ -47,10 +47,7 @@ def slurm_rank_from_env() -> SlurmRank:
     env = submitit.JobEnvironment()
     # SLURM_JOB_ID is unique per array element, unlike submitit's "<array>_<index>" job_id.
     job_id = os.environ.get("SLURM_JOB_ID") or str(env.job_id)
-    if env.num_nodes == 1:
-        master = "localhost"
-    else:
-        master = env.hostnames[0]
+    master = "localhost" if env.num_nodes == 1 else env.hostnames[0]
     return SlurmRank(
         rank=env.global_rank,
         world_size=env.num_tasks,

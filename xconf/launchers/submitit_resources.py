@@ -123,4 +123,4 @@ def _without_hydra(cfg: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
             raise TopologyError("launch.topology.not_a_mapping", "config is not a mapping", "")
         data.pop("hydra", None)
         return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
-    return {k: v for k, v in cfg.items() if k != "hydra"}
+    return {str(k): v for k, v in cfg.items() if k != "hydra"}

@@ -26,9 +26,9 @@ def _as_container(cfg: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
         # Resolve so interpolated knob values count; hydra-only interpolations must already be
         # resolved by the caller (the launcher composes and resolves in the parent).
         out = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-        if not isinstance(out, Mapping):
+        if not isinstance(out, dict):
             raise TopologyError("launch.topology.not_a_mapping", "config is not a mapping", "")
-        return out
+        return {str(k): v for k, v in out.items()}
     return cfg
 
 

@@ -9,6 +9,7 @@ task. Rank 0's return value becomes the job's return value.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -52,8 +53,8 @@ def _resolved_hydra_node() -> DictConfig | None:
     """A resolved copy of the job's Hydra node (a DictConfig typed HydraConf), or None."""
     from hydra.core.hydra_config import HydraConfig
 
-    current = HydraConfig.instance().cfg
-    if current is None:
+    current: Any = HydraConfig.instance().cfg  # typed HydraConf by Hydra; a DictConfig really
+    if not isinstance(current, DictConfig):
         return None
     try:
         node = copy.deepcopy(current)
@@ -80,7 +81,7 @@ def make_rank_job(task_cfg: DictConfig, world_size: int) -> RankJob:
     else:
         job_dir, job_name = str(Path.cwd()), "job"
     job = RankJob(
-        task_cfg=container,
+        task_cfg={str(k): v for k, v in container.items()},
         struct=bool(OmegaConf.is_struct(task_cfg)),
         readonly=bool(OmegaConf.is_readonly(task_cfg)),
         hydra_cfg=hydra_node,
@@ -89,7 +90,7 @@ def make_rank_job(task_cfg: DictConfig, world_size: int) -> RankJob:
         world_size=world_size,
         digest=b"",
     )
-    return RankJob(**{**job.__dict__, "digest": config_digest(job.identity())})
+    return dataclasses.replace(job, digest=config_digest(job.identity()))
 
 
 def _rank_logging(job: RankJob, rank: int) -> None:
@@ -147,9 +148,7 @@ class RankedTask:
     def __call__(self, task_cfg: DictConfig) -> Any:
         world_size = required_world_size(task_cfg)
         job = make_rank_job(task_cfg, world_size)
-        log.info(
-            "launching %d rank(s) for %s (own world, not shared)", world_size, job.job_dir
-        )
+        log.info("launching %d rank(s) for %s (own world, not shared)", world_size, job.job_dir)
         value, _record = launch_world(
             world_size,
             run_task_in_rank,

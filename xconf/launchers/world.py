@@ -8,6 +8,7 @@ discovery.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -209,10 +210,8 @@ class _Watchdog:
         log.error("world watchdog expired after %.1fs; killing workers", self._timeout_s)
         while not self._stop.is_set():
             for pid in self._pids():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             self._stop.wait(0.5)
 
 
