@@ -39,6 +39,7 @@ def test_discovery_in_fresh_interpreter_is_light() -> None:
         "from hydra.plugins.launcher import Launcher\n"
         "names = [x.__name__ for x in Plugins.instance().discover(Launcher)]\n"
         "assert 'TorchrunLauncher' in names, names\n"
+        "assert 'XconfSlurmLauncher' in names and 'XconfLocalLauncher' in names, names\n"
         "assert 'torch' not in sys.modules, 'plugin discovery imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
