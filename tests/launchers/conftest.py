@@ -42,6 +42,8 @@ def slurm_cluster() -> Iterator[Path]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         failure = f"{type(exc).__name__}: {exc}"
     if failure is not None:
+        if not was_running:  # don't leave a half-started cluster behind
+            subprocess.run([str(REPO / "scripts" / "slurm-down")], timeout=120, check=False)
         message = f"local Slurm cluster could not start (scripts/slurm-up): {failure}"
         if required:
             pytest.fail(message + " [XCONF_REQUIRE_SLURM=1]")
