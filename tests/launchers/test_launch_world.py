@@ -24,6 +24,11 @@ def _all_reduce_ranks(offset: int) -> int:
     import torch
     import torch.distributed as dist
 
+    from xconf.launchers.rank import join_world
+
+    me = join_world()
+    if (me.launcher, me.rank, me.world_size) != ("torchrun", dist.get_rank(), 2):
+        raise RuntimeError(f"join_world saw {me}")
     t = torch.tensor([dist.get_rank() + offset])
     dist.all_reduce(t)
     return int(t.item()) * 100 + int(os.environ["OMP_NUM_THREADS"])
@@ -91,3 +96,11 @@ def test_watchdog_kills_hung_world(tmp_path: Path) -> None:
         launch_world(2, _sleep_forever, (), settings, tmp_path)
     assert time.monotonic() - start < 6 + 20
     assert info.value.path == "hydra.launcher.job_timeout_s"
+
+
+def test_join_world_outside_any_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xconf.launchers.rank import join_world
+
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    me = join_world()
+    assert (me.rank, me.world_size, me.launcher, me.publishes) == (0, 1, "single", True)
