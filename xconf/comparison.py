@@ -190,6 +190,11 @@ def compare(
     return ComparisonOutcome(doc, token_diffs)
 
 
+def verdict_threshold(value: float) -> float:
+    """A contract threshold as the verdict applies it: rounded to float32, like the scores."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
 def error_outcome(
     threshold: ResolvedThreshold, contract: NumericalContract, error: dict[str, Any]
 ) -> ComparisonOutcome:

@@ -7,7 +7,7 @@ Hydra job whose overrides are the shared (non-sweep) overrides plus that case's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,6 @@ class SweepJob:
     case_id: str
     label: str
     overrides: tuple[str, ...]
-    world_size_hint: int
 
 
 def format_value(value: KnobValue) -> str:
@@ -114,21 +113,5 @@ def plan_sweep(
     jobs = []
     for case in prepared.execution.cases:
         changed = [f"{path}={format_value(value)}" for path, value in case.case.changed]
-        jobs.append(
-            SweepJob(
-                case.case.case_id,
-                case.case.label(),
-                (*sweep.shared, *changed),
-                world_size_for(case.case.knob_dict()),
-            )
-        )
+        jobs.append(SweepJob(case.case.case_id, case.case.label(), (*sweep.shared, *changed)))
     return prepared, jobs, notices
-
-
-def world_size_for(knobs: Mapping[str, KnobValue]) -> int:
-    """Processes a case needs: derived from its process-lifecycle knobs, never set."""
-    rollout = int(knobs["rollout.tensor_parallel_size"]) * int(
-        knobs["rollout.context_parallel_size"]
-    )
-    training = 2 if knobs["training.sharding"] == "fsdp" else 1
-    return max(rollout, training)

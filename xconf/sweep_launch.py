@@ -7,7 +7,6 @@ from typing import Any
 
 import hydra
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xconf.cli.exit_status import set_exit_code
@@ -48,7 +47,7 @@ def run_sweep(
     *,
     overrides: Sequence[Any],
     load_config: Callable[[Sequence[str]], DictConfig],
-    launcher: Launcher,
+    launch: Callable[[list[list[str]], int], Sequence[JobReturn]],
     max_batch_size: int | None,
     save_multirun: Callable[[], None],
 ) -> list[Sequence[JobReturn]]:
@@ -78,7 +77,7 @@ def run_sweep(
     summary = RunSummary(prepared.store.experiment_id, str(prepared.store.path))
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start : start + batch_size]
-        results = launcher.launch([list(j.overrides) for j in batch], initial_job_idx=start)
+        results = launch([list(j.overrides) for j in batch], start)
         returns.append(results)
         for job, ret in zip(batch, results, strict=True):
             summary.records.append(_record(job, ret))

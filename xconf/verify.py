@@ -20,7 +20,6 @@ Exit codes:
 from __future__ import annotations
 
 import json
-import math
 import re
 import stat
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xconf.artifacts.store import ExperimentStore, read_tensors
-from xconf.comparison import recompute_result
+from xconf.comparison import recompute_result, verdict_threshold
 from xconf.contract.loader import load_contract
 from xconf.errors import ArtifactError, XconfError
 from xconf.schema import is_safe_id
@@ -161,9 +160,7 @@ def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     if not _equal(mask, stored_mask):
         return "stored mismatch_mask disagrees with the recomputation"
     stored_threshold = doc.get("threshold")
-    if not isinstance(stored_threshold, float) or not math.isclose(
-        stored_threshold, threshold, rel_tol=0.0, abs_tol=0.0
-    ):
+    if not isinstance(stored_threshold, float) or verdict_threshold(stored_threshold) != threshold:
         return f"threshold {threshold!r} in tensors, {stored_threshold!r} in comparison.json"
     contract = load_contract()
     if (doc.get("contract") or {}).get("sha256") == contract.identity().get("sha256"):
@@ -173,7 +170,7 @@ def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
             ).value
         except XconfError:
             return "comparison.json names dtypes the contract has no threshold for"
-        if expected != threshold:
+        if verdict_threshold(expected) != threshold:
             return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
         try:

@@ -6,11 +6,13 @@ No ``from __future__ import annotations`` here: Hydra's plugin scan executes thi
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -38,6 +40,7 @@ class XconfSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
+        self.task_function: TaskFunction | None = None
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -46,6 +49,7 @@ class XconfSweeper(Sweeper):
 
         self.hydra_context = hydra_context
         self.config = config
+        self.task_function = task_function
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -60,6 +64,7 @@ class XconfSweeper(Sweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides(arguments)
         config = self.config
+        loader = self.hydra_context.config_loader
 
         def save_multirun() -> None:
             sweep_dir = Path(config.hydra.sweep.dir)
@@ -68,10 +73,41 @@ class XconfSweeper(Sweeper):
 
         return run_sweep(
             overrides=overrides,
-            load_config=lambda shared: self.hydra_context.config_loader.load_sweep_config(  # type: ignore[union-attr]
-                self.config, list(shared)
-            ),
-            launcher=self.launcher,
+            load_config=lambda shared: loader.load_sweep_config(config, list(shared)),
+            launch=self._launch,
             max_batch_size=self.max_batch_size,
             save_multirun=save_multirun,
         )
+
+    def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """In-process and torchrun launchers size each job themselves. Slurm jobs are
+        submitted in groups of equal world size, each group with its own task count."""
+        if (
+            self.launcher is None
+            or self.config is None
+            or self.hydra_context is None
+            or self.task_function is None
+        ):
+            raise RuntimeError("XconfSweeper used before setup")
+        if "submitit" not in str(self.config.hydra.launcher.get("_target_", "")):
+            return self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+        from hydra.core.plugins import Plugins
+
+        from xconf.launchers.submitit_resources import group_jobs_with_loader
+
+        groups = group_jobs_with_loader(
+            self.hydra_context.config_loader.load_sweep_config, self.config, batch
+        )
+        returns: list[JobReturn | None] = [None] * len(batch)
+        next_idx = initial_job_idx
+        for group in groups:
+            launcher = Plugins.instance().instantiate_launcher(
+                hydra_context=self.hydra_context,
+                task_function=self.task_function,
+                config=group.apply_to(self.config),
+            )
+            results = launcher.launch([list(o) for o in group.job_overrides], next_idx)
+            next_idx += len(results)
+            for position, result in zip(group.job_indices, results, strict=True):
+                returns[position] = result
+        return [r for r in returns if r is not None]

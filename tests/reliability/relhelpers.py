@@ -103,10 +103,16 @@ def snapshot(root: Path) -> dict[str, Entry]:
     return found
 
 
+# Derived views re-rendered after every run; not part of the append-only artifact set.
+VIEW_FILES = ("report.html",)
+
+
 def unchanged(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
     """Paths of ``before`` that were modified or removed; plan.jsonl may only grow."""
     changed = []
     for rel, (kind, ino, mtime, data) in before.items():
+        if rel.endswith(VIEW_FILES):
+            continue
         now = after.get(rel)
         if now is None:
             changed.append(f"{rel}: removed")

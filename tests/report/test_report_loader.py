@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from report_fixtures import case_id_for
 
@@ -136,7 +137,7 @@ def test_token_diffs_are_read_with_the_selected_token_ids(run_dir: Path) -> None
     case = next(c for c in load_run(run_dir).cases if c.case_id == case_id_for({}))
     assert case.payload is not None and case.payload.token_diffs is not None
     diffs = case.payload.token_diffs
-    assert diffs.threshold == 1e-5
+    assert diffs.threshold == float(np.float32(1e-5))  # stored at the verdict's float32
     assert diffs.abs_diff.shape == (2, 24)
     assert diffs.token_ids is not None and int(diffs.token_ids[0, 0]) == 4  # selected = ids + 1
 

@@ -32,6 +32,7 @@ from xconf.cli.session import (
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError, XconfError
+from xconf.launchers.rank import join_world
 from xconf.report.writer import report_after_run
 from xconf.runtime.deadline import check_case_timeout
 
@@ -90,6 +91,8 @@ def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:
 
     Raises on invalid input so the launcher reports the job as failed, never the sweep.
     """
+    # Under a multi-task Slurm job this joins the job's world; torchrun ranks already are in one.
+    join_world()
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
     spec = replace(spec, interventions=(), pairwise_paths=(), strategy="one_at_a_time")
     adapter = instantiate_runtime(OmegaConf.to_container(cfg.runtime, resolve=True))  # type: ignore[arg-type]

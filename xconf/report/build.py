@@ -168,7 +168,9 @@ def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
         attempt_id=case.chosen.attempt_id if case.chosen else None,
         seal_verified=case.chosen is not None,
         recomputed=recomputed,
-        histogram=stats.histogram(diffs) if diffs is not None else None,
+        histogram=stats.histogram(diffs, stats.as_float(comparison.get("threshold")))
+        if diffs is not None
+        else None,
         drift_profile=stats.drift_profile(comparison, diffs),
         worst_tokens=stats.worst_tokens(diffs, decode)
         if result == "fail" and diffs is not None

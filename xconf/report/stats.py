@@ -44,8 +44,12 @@ def diff_stats(comparison: Mapping[str, Any], diffs: TokenDiffs | None) -> DiffS
     return DiffStats(float(values.mean()), p50, p90, p99, float(values.max()))
 
 
-def histogram(diffs: TokenDiffs) -> Histogram | None:
-    """Log-binned |diff| of the active tokens, spanning the threshold too."""
+def histogram(diffs: TokenDiffs, threshold_line: float | None = None) -> Histogram | None:
+    """Log-binned |diff| of the active tokens, spanning the threshold too.
+
+    ``threshold_line`` is the contract value to draw (comparison.json); the count above it
+    uses the stored float32 threshold, the precision the verdict was computed in.
+    """
     values = diffs.abs_diff[diffs.active_mask]
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -68,7 +72,7 @@ def histogram(diffs: TokenDiffs) -> Histogram | None:
         edges=tuple(float(e) for e in edges),
         counts=tuple(int(c) for c in counts),
         zero_count=zero_count,
-        threshold_line=threshold,
+        threshold_line=threshold if threshold_line is None else threshold_line,
         above_threshold=int(np.count_nonzero(values > threshold)),
     )
 
@@ -158,7 +162,9 @@ def recompute(
     stored = int(np.count_nonzero(active & diffs.mismatch_mask))
     recorded = as_int(comparison.get("mismatches"))
     recorded_threshold = as_float(comparison.get("threshold"))
-    if recorded_threshold is not None and recorded_threshold != diffs.threshold:
+    if recorded_threshold is not None and np.float32(recorded_threshold) != np.float32(
+        diffs.threshold
+    ):
         problems.append(
             f"comparison.json threshold {recorded_threshold:g} differs from the token "
             f"artifact's {diffs.threshold:g}"

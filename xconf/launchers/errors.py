@@ -1,0 +1,25 @@
+"""Typed launcher errors; each names the config path (or launcher setting) at fault."""
+
+from __future__ import annotations
+
+from xconf.errors import XconfError
+
+
+class LaunchError(XconfError):
+    """A case's processes could not be launched or did not finish cleanly."""
+
+
+class TopologyError(LaunchError):
+    """The composed config asks for a topology the launcher cannot derive or honour."""
+
+
+class RankFailedError(LaunchError):
+    """One or more ranks of a launched world failed (raised, exited, or were killed)."""
+
+
+class LaunchTimeoutError(LaunchError):
+    """The launcher's watchdog expired and killed the world."""
+
+
+class CaseDisagreementError(LaunchError):
+    """Ranks of one world are not running the same case (config digests differ)."""
