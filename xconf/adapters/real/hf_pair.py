@@ -1,0 +1,123 @@
+"""The `hf_pair` runtime (S1): an unsharded transformers reference scorer on the rollout
+side against the transformers training scorer (unsharded, or FSDP2 under a launcher).
+
+Rollout knobs map onto the reference scorer truthfully: ``rollout.dtype`` is its compute
+dtype; prefix caching, graph mode, tensor and context parallelism do not exist in a
+teacher-forced reference pass and are reported ``unsupported`` when requested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _app, _process_group
+from xconf.knobs import KnobValue
+from xconf.runtime.protocol import (
+    Engine,
+    FrozenInputs,
+    KnobApplication,
+    RuntimeBinding,
+    SelectedLogprobOp,
+    SideBinding,
+    SideScore,
+)
+from xconf.schema import Identity
+from xconf.semantic_registry import Side
+
+if TYPE_CHECKING:
+    from xconf.execution_plan import ExecutionCase
+
+_ONLY = {
+    "rollout.enable_prefix_caching": (False, "a teacher-forced reference pass has no KV cache"),
+    "rollout.enforce_eager": (True, "the reference scorer has no graph/compiled mode"),
+    "rollout.tensor_parallel_size": (1, "vocab-parallel TP needs the vocab-parallel operator"),
+    "rollout.context_parallel_size": (1, "no context parallelism in the reference scorer"),
+}
+
+
+class HfReferenceSide:
+    """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
+
+    def __init__(self, cfg: Any) -> None:
+        from xconf.adapters.real.engines import HfTrainingSide
+
+        self._inner = HfTrainingSide(cfg)
+
+    def score(
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> SideScore:
+        return self._inner.score(inputs, identity, batch_size, operator)
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        live = self._inner.readback()
+        wrapped = live.get("training.sharding")
+        return {
+            "rollout.dtype": live.get("training.compute_dtype"),
+            "rollout.enable_prefix_caching": False,  # use_cache=False on every forward
+            "rollout.enforce_eager": True,
+            "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
+            "rollout.context_parallel_size": 1,
+            "batch.size": live.get("batch.size"),
+            "rollout.attention_backend": live.get("training.attention_backend"),
+        }
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class HfPairRuntime(VllmHfRuntime):
+    """S1: transformers on both sides; vLLM is used only to freeze a recipe identity."""
+
+    runtime_kind = "hf-pair"
+    max_cached_engines = 2
+
+    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+        if path in _ONLY:
+            allowed, why = _ONLY[path]
+            if value == allowed:
+                return _app(
+                    path, side, value, value, "applied", f"fixed by the reference scorer: {why}"
+                )
+            return _app(path, side, value, None, "unsupported", why)
+        if path == "rollout.dtype":
+            return _app(path, side, value, value, "applied", "reference scorer compute dtype")
+        return super()._materialize(path, side, value)
+
+    def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
+        binding = super().bind(case, identity)
+        rollout = SideBinding(
+            "rollout",
+            binding.rollout.knobs,
+            binding.rollout.dtype,
+            (("backend", "none"), ("rank", dict(_process_group())["rank"]), ("world_size", 1)),
+        )
+        return RuntimeBinding(
+            runtime_kind=self.runtime_kind,
+            case_id=binding.case_id,
+            rollout=rollout,
+            training=binding.training,
+            scorers=(
+                ("rollout", f"transformers-reference/{ADAPTER_VERSION}"),
+                ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
+            ),
+        )
+
+    def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        if binding.side == "training":
+            return super()._build_engine(binding, case)
+        from xconf.adapters.hf.model import TrainingScorerConfig
+
+        return HfReferenceSide(
+            TrainingScorerConfig(
+                model_path=self.record.path,
+                attention_backend="sdpa",
+                compute_dtype=binding.dtype,
+                sharding="unsharded",
+                device=self.device,
+            )
+        )
