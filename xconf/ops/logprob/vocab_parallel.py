@@ -1,0 +1,387 @@
+"""Deterministic vocab-parallel selected-token logprob (see ``contract`` for the semantics).
+
+``deterministic=True``: the padded vocab is cut into fixed global tiles; every tile is
+reduced by the same fixed-shape kernel on any rank, the tile partials are all-gathered
+(bytes only) and every rank merges all tiles in global order over the same shape, so
+the bits do not depend on the TP degree, the shard bounds or the batch composition.
+``deterministic=False``: one partial per shard; faster, layout-dependent, and refused
+for ``cross_tp_bitwise`` contracts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from xconf.errors import XconfError
+from xconf.ops.logprob import kernels, preflight
+from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
+from xconf.ops.logprob.contract import LogprobContract, dtype_name, normalize_logprob_backend_id
+from xconf.ops.logprob.errors import LogprobValidationError
+from xconf.ops.logprob.kernels import NEG_INF, Impl
+
+MAX_TILE_WIDTH = 4096
+
+
+def default_num_vocab_tiles(padded_vocab_size: int) -> int:
+    """The fewest tiles of at most ``MAX_TILE_WIDTH`` columns that divide the padded vocab.
+
+    A function of the padded vocab only, so every TP degree uses the same tiles.
+    """
+    for tiles in range(1, padded_vocab_size + 1):
+        if padded_vocab_size % tiles == 0 and padded_vocab_size // tiles <= MAX_TILE_WIDTH:
+            return tiles
+    return padded_vocab_size
+
+
+@dataclass(frozen=True)
+class _Plan:
+    contract: LogprobContract
+    deterministic: bool
+    impl: Impl
+    num_tiles: int
+    tile: int
+    tiles_by_rank: tuple[int, ...]  # partials each rank contributes
+    group: Any
+
+    @property
+    def rank(self) -> int:
+        return self.contract.sharding.tp_rank
+
+    @property
+    def world(self) -> int:
+        return self.contract.sharding.tp_world_size
+
+    @property
+    def local_tiles(self) -> int:
+        return self.tiles_by_rank[self.rank]
+
+    @property
+    def valid_local(self) -> int:
+        """Real (unpadded) columns in this rank's shard."""
+        s = self.contract.sharding
+        lo, hi = s.local_bounds
+        return max(0, min(hi, s.real_vocab_size) - lo)
+
+
+def _fail(code: str, message: str, path: str) -> LogprobValidationError:
+    return LogprobValidationError(f"logprob.call.{code}", message, path)
+
+
+def _local_checks(
+    logits: Any, target_ids: Any, active_mask: Any, contract: LogprobContract,
+    num_tiles: Any, deterministic: Any, impl: Any, group: Any,
+) -> XconfError | None:  # fmt: skip
+    """Every check that needs no peer; returned, not raised, so peers are never left waiting."""
+    s = contract.sharding
+    if not isinstance(deterministic, bool):
+        return _fail(
+            "deterministic_not_bool",
+            f"deterministic must be a bool, got {deterministic!r}",
+            "deterministic",
+        )
+    if not deterministic and contract.reduction.determinism_scope == "cross_tp_bitwise":
+        return _fail(
+            "fast_path_refused",
+            "deterministic=False cannot honour a cross_tp_bitwise contract",
+            "reduction.determinism_scope",
+        )
+    if impl not in kernels.IMPLS:
+        return _fail(
+            "invalid_impl", f"impl must be one of {list(kernels.IMPLS)}, got {impl!r}", "impl"
+        )
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        return _fail(
+            "logits_shape", "local logits must be a 2-D floating tensor [N, local_vocab]", "logits"
+        )
+    if dtype_name(logits.dtype) != contract.logits_dtype:
+        return _fail(
+            "dtype_mismatch",
+            f"logits are {dtype_name(logits.dtype)}, contract says {contract.logits_dtype}",
+            "logits_dtype",
+        )
+    if logits.shape[1] != s.local_vocab_size:
+        return _fail(
+            "shard_size",
+            f"local logits have {logits.shape[1]} columns, shard {s.tp_rank} "
+            f"bounds {s.local_bounds} hold {s.local_vocab_size}",
+            "sharding.shard_bounds",
+        )
+    rows = logits.shape[0]
+    if (
+        not isinstance(target_ids, torch.Tensor)
+        or target_ids.dim() != 1
+        or target_ids.shape[0] != rows
+    ):
+        return _fail("target_shape", f"target ids must be a 1-D tensor of {rows} ids", "target_ids")
+    if target_ids.is_floating_point() or target_ids.dtype == torch.bool:
+        return _fail("target_dtype", "target ids must be integers", "target_ids")
+    if active_mask is not None and (
+        not isinstance(active_mask, torch.Tensor)
+        or active_mask.dtype != torch.bool
+        or active_mask.dim() != 1
+        or active_mask.shape[0] != rows
+    ):
+        return _fail(
+            "mask_length", f"active mask must be a 1-D bool tensor of {rows} rows", "active_mask"
+        )
+    if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or num_tiles < 1:
+        return _fail(
+            "tile_count",
+            f"num_vocab_tiles must be an int >= 1, got {num_tiles!r}",
+            "num_vocab_tiles",
+        )
+    if s.padded_vocab_size % num_tiles:
+        return _fail(
+            "tiles_not_dividing",
+            f"{num_tiles} tiles do not divide the padded vocab {s.padded_vocab_size}",
+            "num_vocab_tiles",
+        )
+    tile = s.padded_vocab_size // num_tiles
+    if deterministic and any(lo % tile or hi % tile for lo, hi in s.shard_bounds):
+        return _fail(
+            "tiles_not_aligned",
+            f"tile width {tile} does not align with shard bounds {list(s.shard_bounds)}",
+            "num_vocab_tiles",
+        )
+    if s.tp_world_size > 1:
+        if not dist.is_available() or not dist.is_initialized():
+            return _fail(
+                "no_process_group", "TP > 1 needs an initialized process group", "tp_group"
+            )
+        if dist.get_world_size(group) != s.tp_world_size or dist.get_rank(group) != s.tp_rank:
+            return _fail(
+                "group_mismatch",
+                f"group has rank {dist.get_rank(group)} of {dist.get_world_size(group)}, "
+                f"contract says {s.tp_rank} of {s.tp_world_size}",
+                "tp_group",
+            )
+    return None
+
+
+def _resolve_active(
+    target: torch.Tensor, active: torch.Tensor | None, contract: LogprobContract
+) -> torch.Tensor:
+    mask = contract.mask
+    if mask.mode == "ignore_index":
+        from_targets = torch.ne(target, int(mask.ignore_index or 0))
+        if active is not None and not torch.equal(active, from_targets):
+            raise _fail(
+                "mask_inexpressible",
+                "ignore_index mode cannot express inactive rows whose target is not "
+                "ignore_index (use explicit_active_mask)",
+                "mask.mode",
+            )
+        return from_targets
+    return torch.ones_like(target, dtype=torch.bool) if active is None else active
+
+
+def _validate_targets(
+    target: torch.Tensor, active: torch.Tensor, contract: LogprobContract
+) -> None:
+    s = contract.sharding
+    chosen = target[active]
+    if bool(((chosen < 0) | (chosen >= s.padded_vocab_size)).any()):
+        raise _fail(
+            "target_out_of_range",
+            f"an active target lies outside [0, {s.padded_vocab_size})",
+            "target_ids",
+        )
+    if bool((chosen >= s.real_vocab_size).any()):
+        raise _fail(
+            "target_in_padding",
+            "an active target lies in the padded columns "
+            f"[{s.real_vocab_size}, {s.padded_vocab_size})",
+            "target_ids",
+        )
+
+
+def vocab_parallel_selected_logprob(
+    local_logits: torch.Tensor,
+    target_ids: torch.Tensor,
+    active_mask: torch.Tensor | None = None,
+    *,
+    contract: LogprobContract,
+    tp_group: Any = None,
+    num_vocab_tiles: int | None = None,
+    deterministic: bool = True,
+    validate: bool = True,
+    backend_id: str = VOCAB_PARALLEL_ID,
+    impl: Impl = "compiled",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(selected logprob [N], LSE [N])``, replicated on every rank of the TP group.
+
+    ``local_logits`` is this rank's ``[N, local_vocab]`` shard; ``target_ids`` are global
+    padded-vocab ids. Gradients flow to ``local_logits`` from both outputs.
+    """
+    s = contract.sharding
+    tiles = (
+        default_num_vocab_tiles(s.padded_vocab_size) if num_vocab_tiles is None else num_vocab_tiles
+    )
+    error = _local_checks(
+        local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
+    )
+    backend = normalize_logprob_backend_id(backend_id)
+    if s.tp_world_size > 1:
+        # Unconditional: validate=False must never let disagreeing ranks reach a collective.
+        ok_tensors = error is None
+        digest = preflight.build_digest(
+            fingerprint=contract.cross_rank_fingerprint(), backend_id=backend,
+            num_vocab_tiles=tiles if isinstance(tiles, int) else -1, deterministic=deterministic,
+            impl=str(impl), target_ids=target_ids if ok_tensors else None,
+            active_mask=active_mask if ok_tensors else None,
+            rows=local_logits.shape[0] if ok_tensors else -1, local_error=error,
+        )  # fmt: skip
+        preflight.agree(digest, tp_group, s.tp_world_size, s.tp_rank, error)
+    elif error is not None:
+        raise error
+    target = target_ids.to(torch.int64)
+    active = _resolve_active(target, active_mask, contract)
+    if validate:
+        _validate_targets(target, active, contract)
+    tile = s.padded_vocab_size // tiles
+    if deterministic:
+        by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
+    else:
+        by_rank = (1,) * s.tp_world_size
+    plan = _Plan(contract, bool(deterministic), impl, tiles, tile, by_rank, tp_group)
+    logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
+    if validate and bool((active & (lse == NEG_INF)).any()):
+        raise _fail("row_all_neg_inf", "an active row has every real logit at -inf", "logits")
+    return logprob, lse
+
+
+def vocab_parallel_selected_logprob_fast(
+    local_logits: torch.Tensor,
+    target_ids: torch.Tensor,
+    active_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``deterministic=False`` entry point (backend ``xconf.vocab_parallel_logp_fast``)."""
+    kwargs.setdefault("backend_id", VOCAB_PARALLEL_FAST_ID)
+    return vocab_parallel_selected_logprob(
+        local_logits, target_ids, active_mask, deterministic=False, **kwargs
+    )
+
+
+def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf."""
+    rows = x.shape[0]
+    s = plan.contract.sharding
+    lo, _ = s.local_bounds
+    valid = plan.valid_local
+    if not plan.deterministic:
+        if valid == 0:
+            return (torch.full((rows, 1), NEG_INF), torch.zeros(rows, 1))
+        kernel = kernels.partials_kernel(valid, x.dtype, plan.impl)
+        m, sx = kernels.run_row_blocks(
+            kernel, rows, (x[:, :valid],), (0.0,), kernels.block_rows(valid)
+        )
+        return m.view(rows, 1), sx.view(rows, 1)
+    tile, count = plan.tile, plan.local_tiles
+    kernel = kernels.partials_kernel(tile, x.dtype, plan.impl)
+    flat = x.view(rows * count, tile)
+    m, sx = kernels.run_row_blocks(kernel, rows * count, (flat,), (0.0,), kernels.block_rows(tile))
+    m, sx = m.view(rows, count), sx.view(rows, count)
+    for t in range(count):
+        start = lo + t * tile
+        if start + tile <= s.real_vocab_size:
+            continue
+        if start >= s.real_vocab_size:  # padding only: the identity partial
+            m[:, t], sx[:, t] = NEG_INF, 0.0
+            continue
+        scratch = x[:, t * tile : (t + 1) * tile].clone()  # same [rows, tile] kernel shape
+        scratch[:, s.real_vocab_size - start :] = NEG_INF
+        pm, ps = kernels.run_row_blocks(kernel, rows, (scratch,), (0.0,), kernels.block_rows(tile))
+        m[:, t], sx[:, t] = pm, ps
+    return m, sx
+
+
+def _exchange(
+    m: torch.Tensor, sx: torch.Tensor, z: torch.Tensor, plan: _Plan
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All-gather tile partials and owned target logits; returns global-order ``[N, T]``."""
+    rows, count = m.shape
+    width = max(plan.tiles_by_rank)
+    pack = torch.zeros(rows, 2 * width + 1, dtype=torch.float32)
+    pack[:, :width] = NEG_INF
+    pack[:, :count] = m
+    pack[:, width : width + count] = sx
+    pack[:, 2 * width] = z
+    gathered = [torch.empty_like(pack) for _ in range(plan.world)]
+    dist.all_gather(gathered, pack, group=plan.group)
+    m_all = torch.cat([g[:, :c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1)
+    s_all = torch.cat(
+        [g[:, width : width + c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1
+    )
+    z_all = torch.stack([g[:, 2 * width] for g in gathered])
+    return m_all, s_all, z_all
+
+
+class _SelectedLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, logits: torch.Tensor, target: torch.Tensor, active: torch.Tensor, plan: _Plan
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        x = logits.detach().contiguous()
+        s = plan.contract.sharding
+        lo, _ = s.local_bounds
+        rows, local = x.shape
+        ctx.plan = plan
+        if rows == 0:
+            empty = torch.zeros(0, dtype=torch.float32)
+            ctx.save_for_backward(x, empty, target, active, active)
+            return empty, empty.clone()
+        tgt = target.clamp(0, s.padded_vocab_size - 1)
+        owned = (tgt >= lo) & (tgt < lo + local)
+        col = (tgt - lo).clamp(0, local - 1)
+        z = torch.where(owned, x.gather(1, col[:, None]).squeeze(1).float(), 0.0)
+        m, sx = _local_partials(x, plan)
+        if plan.world > 1:
+            m, sx, z_all = _exchange(m, sx, z, plan)
+            starts = torch.tensor([b[0] for b in s.shard_bounds[1:]], dtype=torch.int64)
+            owner = torch.bucketize(tgt, starts, right=True)
+            z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
+        merge = kernels.merge_kernel(m.shape[1], plan.impl)
+        (lse,) = kernels.run_row_blocks(
+            merge, rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0), kernels.MERGE_BLOCK_ROWS
+        )
+        logprob = torch.where(active, z - lse, 0.0)
+        ctx.save_for_backward(x, lse, col, owned, active)
+        return logprob, lse
+
+    @staticmethod
+    def backward(
+        ctx: Any, g_logprob: torch.Tensor | None, g_lse: torch.Tensor | None
+    ) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
+        x, lse, col, owned, active = ctx.saved_tensors
+        plan: _Plan = ctx.plan
+        rows, local = x.shape
+        if rows == 0:
+            return torch.zeros_like(x), None, None, None
+        g_lp = torch.zeros_like(lse) if g_logprob is None else g_logprob.float()
+        g_ls = torch.zeros_like(lse) if g_lse is None else g_lse.float()
+        keep = active & torch.isfinite(lse)
+        coef = torch.where(keep, g_ls - g_lp, 0.0)
+        safe_lse = torch.where(keep, lse, 0.0)
+        width = plan.tile if plan.deterministic else local
+        per_row = local // width
+        kernel = kernels.grad_kernel(width, x.dtype, plan.impl)
+        inputs = (
+            x.view(rows * per_row, width),
+            safe_lse.repeat_interleave(per_row),
+            coef.repeat_interleave(per_row),
+            keep.repeat_interleave(per_row),
+        )
+        (grad,) = kernels.run_row_blocks(
+            kernel, rows * per_row, inputs, (0.0, 0.0, 0.0, False), kernels.block_rows(width)
+        )
+        grad = grad.view(rows, local)
+        if plan.valid_local < local:
+            grad[:, plan.valid_local :] = 0.0
+        hit = (owned & keep).nonzero().squeeze(1)
+        grad[hit, col[hit]] = grad[hit, col[hit]] + g_lp[hit]
+        return grad.to(x.dtype), None, None, None
