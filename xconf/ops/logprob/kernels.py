@@ -117,8 +117,20 @@ def _padded(t: torch.Tensor, block: int, pad: float | bool) -> torch.Tensor:
     return out
 
 
+def _upcasting(kernel: Callable[..., object], dtype: torch.dtype) -> Callable[..., object]:
+    """Feed a low-precision block to the fp32 kernel: the cast is exact, so bits are too."""
+    if dtype == torch.float32:
+        return kernel
+
+    def call(x: torch.Tensor, *rest: torch.Tensor) -> object:
+        return kernel(x.float(), *rest)
+
+    return call
+
+
 def partials_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Callable[..., object]:
-    return _kernel(tile_partials, ("partials", width, dtype, block_rows(width)), impl)
+    key = ("partials", width, block_rows(width))
+    return _upcasting(_kernel(tile_partials, key, impl), dtype)
 
 
 def merge_kernel(tiles: int, impl: Impl) -> Callable[..., object]:
@@ -126,4 +138,5 @@ def merge_kernel(tiles: int, impl: Impl) -> Callable[..., object]:
 
 
 def grad_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Callable[..., object]:
-    return _kernel(softmax_grad, ("grad", width, dtype, block_rows(width)), impl)
+    key = ("grad", width, block_rows(width))
+    return _upcasting(_kernel(softmax_grad, key, impl), dtype)

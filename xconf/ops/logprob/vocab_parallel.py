@@ -27,14 +27,18 @@ MAX_TILE_WIDTH = 4096
 
 
 def default_num_vocab_tiles(padded_vocab_size: int) -> int:
-    """The fewest tiles of at most ``MAX_TILE_WIDTH`` columns that divide the padded vocab.
+    """The fewest tiles of at most ``MAX_TILE_WIDTH`` columns that divide the padded vocab,
+    preferring a multiple of 8 tiles (then even shards for TP 1, 2, 4, 8 align with tiles).
 
     A function of the padded vocab only, so every TP degree uses the same tiles.
     """
-    for tiles in range(1, padded_vocab_size + 1):
-        if padded_vocab_size % tiles == 0 and padded_vocab_size // tiles <= MAX_TILE_WIDTH:
-            return tiles
-    return padded_vocab_size
+    fitting = [
+        t
+        for t in range(1, padded_vocab_size + 1)
+        if padded_vocab_size % t == 0 and padded_vocab_size // t <= MAX_TILE_WIDTH
+    ]
+    preferred = [t for t in fitting if t % 8 == 0]
+    return (preferred or fitting)[0]
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,15 @@ def _fail(code: str, message: str, path: str) -> LogprobValidationError:
 
 
 def _local_checks(
-    logits: Any, target_ids: Any, active_mask: Any, contract: LogprobContract,
-    num_tiles: Any, deterministic: Any, impl: Any, group: Any,
-) -> XconfError | None:  # fmt: skip
+    logits: Any,
+    target_ids: Any,
+    active_mask: Any,
+    contract: LogprobContract,
+    num_tiles: Any,
+    deterministic: Any,
+    impl: Any,
+    group: Any,
+) -> XconfError | None:
     """Every check that needs no peer; returned, not raised, so peers are never left waiting."""
     s = contract.sharding
     if not isinstance(deterministic, bool):
@@ -225,16 +235,20 @@ def vocab_parallel_selected_logprob(
         local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
     )
     backend = normalize_logprob_backend_id(backend_id)
-    if s.tp_world_size > 1:
+    if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
         # Unconditional: validate=False must never let disagreeing ranks reach a collective.
         ok_tensors = error is None
         digest = preflight.build_digest(
-            fingerprint=contract.cross_rank_fingerprint(), backend_id=backend,
-            num_vocab_tiles=tiles if isinstance(tiles, int) else -1, deterministic=deterministic,
-            impl=str(impl), target_ids=target_ids if ok_tensors else None,
+            fingerprint=contract.cross_rank_fingerprint(),
+            backend_id=backend,
+            num_vocab_tiles=tiles if isinstance(tiles, int) else -1,
+            deterministic=deterministic,
+            impl=str(impl),
+            target_ids=target_ids if ok_tensors else None,
             active_mask=active_mask if ok_tensors else None,
-            rows=local_logits.shape[0] if ok_tensors else -1, local_error=error,
-        )  # fmt: skip
+            rows=local_logits.shape[0] if ok_tensors else -1,
+            local_error=error,
+        )
         preflight.agree(digest, tp_group, s.tp_world_size, s.tp_rank, error)
     elif error is not None:
         raise error
