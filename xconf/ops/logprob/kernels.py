@@ -27,8 +27,12 @@ MERGE_BLOCK_ROWS = 256
 
 
 def block_rows(width: int) -> int:
-    """Rows per block for a row width: about 2**20 elements, a function of width only."""
-    return max(1, min(4096, (1 << 20) // width))
+    """Rows per block for a row width: about 2**21 elements, a function of width only.
+
+    Big enough that per-call overhead (and each call's parallel-region barrier) stays
+    small, small enough that a padded last block costs a few MB at most.
+    """
+    return max(1, min(4096, (1 << 21) // width))
 
 
 def tile_partials(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,11 +16,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xconf.errors import XconfError
-from xconf.ops.logprob import kernels, preflight
+from xconf.ops.logprob import kernels, preflight, validation
 from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
-from xconf.ops.logprob.contract import LogprobContract, dtype_name, normalize_logprob_backend_id
-from xconf.ops.logprob.errors import LogprobValidationError
+from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
 from xconf.ops.logprob.kernels import NEG_INF, Impl
 
 MAX_TILE_WIDTH = 4096
@@ -71,144 +69,6 @@ class _Plan:
         return max(0, min(hi, s.real_vocab_size) - lo)
 
 
-def _fail(code: str, message: str, path: str) -> LogprobValidationError:
-    return LogprobValidationError(f"logprob.call.{code}", message, path)
-
-
-def _local_checks(
-    logits: Any,
-    target_ids: Any,
-    active_mask: Any,
-    contract: LogprobContract,
-    num_tiles: Any,
-    deterministic: Any,
-    impl: Any,
-    group: Any,
-) -> XconfError | None:
-    """Every check that needs no peer; returned, not raised, so peers are never left waiting."""
-    s = contract.sharding
-    if not isinstance(deterministic, bool):
-        return _fail(
-            "deterministic_not_bool",
-            f"deterministic must be a bool, got {deterministic!r}",
-            "deterministic",
-        )
-    if not deterministic and contract.reduction.determinism_scope == "cross_tp_bitwise":
-        return _fail(
-            "fast_path_refused",
-            "deterministic=False cannot honour a cross_tp_bitwise contract",
-            "reduction.determinism_scope",
-        )
-    if impl not in kernels.IMPLS:
-        return _fail(
-            "invalid_impl", f"impl must be one of {list(kernels.IMPLS)}, got {impl!r}", "impl"
-        )
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        return _fail(
-            "logits_shape", "local logits must be a 2-D floating tensor [N, local_vocab]", "logits"
-        )
-    if dtype_name(logits.dtype) != contract.logits_dtype:
-        return _fail(
-            "dtype_mismatch",
-            f"logits are {dtype_name(logits.dtype)}, contract says {contract.logits_dtype}",
-            "logits_dtype",
-        )
-    if logits.shape[1] != s.local_vocab_size:
-        return _fail(
-            "shard_size",
-            f"local logits have {logits.shape[1]} columns, shard {s.tp_rank} "
-            f"bounds {s.local_bounds} hold {s.local_vocab_size}",
-            "sharding.shard_bounds",
-        )
-    rows = logits.shape[0]
-    if (
-        not isinstance(target_ids, torch.Tensor)
-        or target_ids.dim() != 1
-        or target_ids.shape[0] != rows
-    ):
-        return _fail("target_shape", f"target ids must be a 1-D tensor of {rows} ids", "target_ids")
-    if target_ids.is_floating_point() or target_ids.dtype == torch.bool:
-        return _fail("target_dtype", "target ids must be integers", "target_ids")
-    if active_mask is not None and (
-        not isinstance(active_mask, torch.Tensor)
-        or active_mask.dtype != torch.bool
-        or active_mask.dim() != 1
-        or active_mask.shape[0] != rows
-    ):
-        return _fail(
-            "mask_length", f"active mask must be a 1-D bool tensor of {rows} rows", "active_mask"
-        )
-    if isinstance(num_tiles, bool) or not isinstance(num_tiles, int) or num_tiles < 1:
-        return _fail(
-            "tile_count",
-            f"num_vocab_tiles must be an int >= 1, got {num_tiles!r}",
-            "num_vocab_tiles",
-        )
-    if s.padded_vocab_size % num_tiles:
-        return _fail(
-            "tiles_not_dividing",
-            f"{num_tiles} tiles do not divide the padded vocab {s.padded_vocab_size}",
-            "num_vocab_tiles",
-        )
-    tile = s.padded_vocab_size // num_tiles
-    if deterministic and any(lo % tile or hi % tile for lo, hi in s.shard_bounds):
-        return _fail(
-            "tiles_not_aligned",
-            f"tile width {tile} does not align with shard bounds {list(s.shard_bounds)}",
-            "num_vocab_tiles",
-        )
-    if s.tp_world_size > 1:
-        if not dist.is_available() or not dist.is_initialized():
-            return _fail(
-                "no_process_group", "TP > 1 needs an initialized process group", "tp_group"
-            )
-        if dist.get_world_size(group) != s.tp_world_size or dist.get_rank(group) != s.tp_rank:
-            return _fail(
-                "group_mismatch",
-                f"group has rank {dist.get_rank(group)} of {dist.get_world_size(group)}, "
-                f"contract says {s.tp_rank} of {s.tp_world_size}",
-                "tp_group",
-            )
-    return None
-
-
-def _resolve_active(
-    target: torch.Tensor, active: torch.Tensor | None, contract: LogprobContract
-) -> torch.Tensor:
-    mask = contract.mask
-    if mask.mode == "ignore_index":
-        from_targets = torch.ne(target, int(mask.ignore_index or 0))
-        if active is not None and not torch.equal(active, from_targets):
-            raise _fail(
-                "mask_inexpressible",
-                "ignore_index mode cannot express inactive rows whose target is not "
-                "ignore_index (use explicit_active_mask)",
-                "mask.mode",
-            )
-        return from_targets
-    return torch.ones_like(target, dtype=torch.bool) if active is None else active
-
-
-def _validate_targets(
-    target: torch.Tensor, active: torch.Tensor, contract: LogprobContract
-) -> None:
-    s = contract.sharding
-    chosen = target[active]
-    if bool(((chosen < 0) | (chosen >= s.padded_vocab_size)).any()):
-        raise _fail(
-            "target_out_of_range",
-            f"an active target lies outside [0, {s.padded_vocab_size})",
-            "target_ids",
-        )
-    if bool((chosen >= s.real_vocab_size).any()):
-        raise _fail(
-            "target_in_padding",
-            "an active target lies in the padded columns "
-            f"[{s.real_vocab_size}, {s.padded_vocab_size})",
-            "target_ids",
-        )
-
-
 def vocab_parallel_selected_logprob(
     local_logits: torch.Tensor,
     target_ids: torch.Tensor,
@@ -231,7 +91,7 @@ def vocab_parallel_selected_logprob(
     tiles = (
         default_num_vocab_tiles(s.padded_vocab_size) if num_vocab_tiles is None else num_vocab_tiles
     )
-    error = _local_checks(
+    error = validation.local_checks(
         local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
     )
     backend = normalize_logprob_backend_id(backend_id)
@@ -253,9 +113,9 @@ def vocab_parallel_selected_logprob(
     elif error is not None:
         raise error
     target = target_ids.to(torch.int64)
-    active = _resolve_active(target, active_mask, contract)
+    active = validation.resolve_active(target, active_mask, contract)
     if validate:
-        _validate_targets(target, active, contract)
+        validation.validate_targets(target, active, contract)
     tile = s.padded_vocab_size // tiles
     if deterministic:
         by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
@@ -264,7 +124,9 @@ def vocab_parallel_selected_logprob(
     plan = _Plan(contract, bool(deterministic), impl, tiles, tile, by_rank, tp_group)
     logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
     if validate and bool((active & (lse == NEG_INF)).any()):
-        raise _fail("row_all_neg_inf", "an active row has every real logit at -inf", "logits")
+        raise validation.fail(
+            "row_all_neg_inf", "an active row has every real logit at -inf", "logits"
+        )
     return logprob, lse
 
 
