@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from _workers import inputs
+from _logprob_workers import inputs
 
 from xconf.ops.logprob.descriptors import descriptors
 from xconf.semantic_registry import (

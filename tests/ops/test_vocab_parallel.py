@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from _workers import NUM_TILES, inputs
+from _logprob_workers import NUM_TILES, inputs
 
 from xconf.ops.logprob.contract import (
     LogprobContract,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from _workers import DTYPES, VOCABS, run_world, score_all
+from _logprob_workers import DTYPES, VOCABS, run_world, score_all
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -44,7 +44,7 @@ def _check_world(results: list[dict[str, Any]], tp1: dict[str, Any], world: int)
 
 @pytest.mark.slow
 def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
-    from _workers import tp2_world
+    from _logprob_workers import tp2_world
 
     results = run_world(2, tp2_world, tmp_path)
     for impl in ("compiled", "eager"):
