@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -67,10 +68,22 @@ def _entry(
         dist.destroy_process_group()
 
 
-def run_world(world: int, fn: Callable[..., Any], out: Path, *args: Any) -> list[Any]:
-    """Run ``fn(rank, world, *args)`` on ``world`` spawned gloo ranks; return their results."""
+def run_world(
+    world: int, fn: Callable[..., Any], out: Path, *args: Any, deadline_s: float = 900.0
+) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` spawned gloo ranks; return their results.
+
+    Nothing may hang: past ``deadline_s`` the ranks are terminated and the call fails.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_entry, args=(world, free_port(), str(out), fn, args), nprocs=world, join=True)
+    ctx = mp.spawn(_entry, args=(world, free_port(), str(out), fn, args), nprocs=world, join=False)
+    stop = time.monotonic() + deadline_s
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > stop:
+            for process in ctx.processes:
+                if process.is_alive():
+                    process.terminate()
+            raise TimeoutError(f"gloo world of {world} did not finish in {deadline_s} s")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 
@@ -134,6 +147,7 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
     lo, hi = bounds[rank]
     local = logits[:, lo:hi].contiguous()
     errors: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     scoped = {
         "tiles": (
             contract_for(real, padded, bounds, torch.float32, rank),
@@ -153,6 +167,7 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
     }
     for case, (contract, overrides) in scoped.items():
         kwargs: dict[str, Any] = {"local_logits": local, **overrides}
+        started = time.perf_counter()
         try:
             vocab_parallel_selected_logprob(
                 kwargs.pop("local_logits"),
@@ -165,6 +180,7 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
             errors[case] = "no error"
         except (LogprobPreflightError, LogprobValidationError) as exc:
             errors[case] = exc.code
+        seconds[case] = time.perf_counter() - started
         # The group is still in step: a well-formed call right after succeeds.
         vocab_parallel_selected_logprob(
             local,
@@ -175,4 +191,5 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
             impl="eager",
         )
     results["errors"] = errors
+    results["seconds"] = seconds
     return results

@@ -47,6 +47,7 @@ def _contract(
 def test_builtin_dispatch_picks_the_deterministic_operator() -> None:
     result = select_logprob_backend(_contract())
     assert result.backend_id == VOCAB_PARALLEL_ID and not result.fallback
+    assert result.load().__name__ == "vocab_parallel_selected_logprob"
     # The reference is only TP=1 and unpadded: it would be rejected, with reasons.
     with pytest.raises(LogprobDispatchError) as err:
         select_logprob_backend(_contract(tp=1, scope="fixed_topology", backend=REFERENCE_ID))

@@ -54,6 +54,8 @@ def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
     assert [e["determinism"] for e in errors] == ["logprob.preflight.determinism_mode_mismatch"] * 2
     assert errors[0]["shard_size"] == "logprob.preflight.peer_failed"
     assert errors[1]["shard_size"] == "logprob.call.shard_size"
+    # Loud and bounded: each failure returns at preflight speed, not a collective timeout.
+    assert max(max(r["seconds"].values()) for r in results) < 20.0
 
 
 @pytest.mark.slow

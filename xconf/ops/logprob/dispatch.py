@@ -57,6 +57,14 @@ class DispatchResult:
     rejections: tuple[Rejection, ...]
     fallback: bool
 
+    def load(self) -> Any:
+        """The factory itself, importing it first when declared as ``"module:attr"``."""
+        if isinstance(self.factory, str):
+            from xconf.semantic_registry import load_object
+
+            return load_object(self.factory)
+        return self.factory
+
     def provenance(self) -> dict[str, Any]:
         return {
             "backend_id": self.backend_id,

@@ -23,7 +23,6 @@ from xconf.ops.logprob.errors import LogprobValidationError
 Impl = Literal["compiled", "eager"]
 IMPLS: tuple[Impl, ...] = ("compiled", "eager")
 NEG_INF = float("-inf")
-MERGE_BLOCK_ROWS = 256
 
 
 def block_rows(width: int) -> int:
@@ -59,8 +58,56 @@ def softmax_grad(
     return torch.where(keep[:, None], grad, torch.zeros_like(grad))
 
 
-_LOCK = threading.Lock()
-_COMPILED: dict[tuple[object, ...], Callable[..., object]] = {}
+WARM_ROWS = 4096  # the size hint every compiled kernel is first specialized with
+MIN_ROWS = 2  # a row count of 0 or 1 would be specialized separately by the compiler
+
+
+class Kernel:
+    """One row-wise reduction kernel for one row width and dtype.
+
+    ``compiled``: compiled once with only the row count dynamic (the row width, dtype and
+    strides are static), first traced with a fixed ``WARM_ROWS`` size hint, then called
+    once over all rows: one parallel region per call, and the same per-row code for any
+    row count. ``eager``: the same function over fixed ``block_rows(width)``-row blocks
+    (the last one padded), so no full-size temporaries are ever allocated.
+    """
+
+    def __init__(self, fn: Callable[..., object], key: tuple[object, ...], impl: Impl) -> None:
+        if impl not in IMPLS:
+            raise LogprobValidationError(
+                "logprob.call.invalid_impl", f"impl must be one of {list(IMPLS)}, got {impl!r}"
+            )
+        self.fn, self.key, self.impl = fn, key, impl
+        self.width = int(key[1])  # type: ignore[call-overload]
+        self._compiled: Callable[..., object] | None = None
+        if impl == "compiled":
+            tag = "_".join(str(part).replace(".", "_") for part in key)
+            self._compiled = torch.compile(_fresh(fn, tag), dynamic=None, fullgraph=True)
+        self._warm = False
+
+    def run(
+        self, rows: int, inputs: tuple[torch.Tensor, ...], pads: tuple[float | bool, ...]
+    ) -> list[torch.Tensor]:
+        """Outputs for ``rows`` leading rows of every input (each output cut to ``rows``)."""
+        compiled = self._compiled
+        if compiled is None:
+            return _run_blocks(self.fn, rows, inputs, pads, block_rows(self.width))
+        if not self._warm:
+            warm = tuple(
+                _padded(t[:WARM_ROWS], WARM_ROWS, p) for t, p in zip(inputs, pads, strict=True)
+            )
+            _call(compiled, warm)
+            self._warm = True
+        if rows < MIN_ROWS:
+            inputs = tuple(_padded(t, MIN_ROWS, p) for t, p in zip(inputs, pads, strict=True))
+        return [part[:rows] for part in _call(compiled, inputs)]
+
+
+def _call(compiled: Callable[..., object], inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    for tensor in inputs:
+        torch._dynamo.mark_dynamic(tensor, 0)
+    result: Any = compiled(*inputs)
+    return list(result) if isinstance(result, tuple) else [result]
 
 
 def _fresh(fn: Callable[..., object], tag: str) -> Callable[..., object]:
@@ -69,35 +116,26 @@ def _fresh(fn: Callable[..., object], tag: str) -> Callable[..., object]:
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__)
 
 
-def _kernel(
-    fn: Callable[..., object], key: tuple[object, ...], impl: Impl
-) -> Callable[..., object]:
-    if impl == "eager":
-        return fn
-    if impl != "compiled":
-        raise LogprobValidationError(
-            "logprob.call.invalid_impl", f"impl must be one of {list(IMPLS)}, got {impl!r}", "impl"
-        )
+_LOCK = threading.Lock()
+_KERNELS: dict[tuple[object, ...], Kernel] = {}
+
+
+def _kernel(fn: Callable[..., object], key: tuple[object, ...], impl: Impl) -> Kernel:
     with _LOCK:
-        compiled = _COMPILED.get(key)
-        if compiled is None:
-            tag = "_".join(str(part).replace(".", "_") for part in key)
-            compiled = torch.compile(_fresh(fn, tag), dynamic=False, fullgraph=True)
-            _COMPILED[key] = compiled
-        return compiled
+        kernel = _KERNELS.get((*key, impl))
+        if kernel is None:
+            kernel = Kernel(fn, key, impl)
+            _KERNELS[(*key, impl)] = kernel
+        return kernel
 
 
-def run_row_blocks(
-    kernel: Callable[..., object],
+def _run_blocks(
+    fn: Callable[..., object],
     rows: int,
     inputs: tuple[torch.Tensor, ...],
     pads: tuple[float | bool, ...],
     block: int,
 ) -> list[torch.Tensor]:
-    """Apply ``kernel`` to fixed ``block``-row slices of ``inputs``; pad the last block.
-
-    Every input has ``rows`` leading rows; outputs are concatenated and cut to ``rows``.
-    """
     outs: list[list[torch.Tensor]] = []
     for start in range(0, rows, block):
         stop = min(start + block, rows)
@@ -107,7 +145,7 @@ def run_row_blocks(
             args = tuple(
                 _padded(t[start:stop], block, pad) for t, pad in zip(inputs, pads, strict=True)
             )
-        result: Any = kernel(*args)
+        result: Any = fn(*args)
         parts: list[torch.Tensor] = list(result) if isinstance(result, tuple) else [result]
         outs.append([p[: stop - start] for p in parts])
     if not outs:
@@ -116,31 +154,25 @@ def run_row_blocks(
 
 
 def _padded(t: torch.Tensor, block: int, pad: float | bool) -> torch.Tensor:
-    out = torch.full((block, *t.shape[1:]), pad, dtype=t.dtype, device=t.device)
-    out[: t.shape[0]] = t
+    """``t`` grown (or cut) to ``block`` rows with the same row strides, filled with ``pad``."""
+    rows = min(t.shape[0], block)
+    if t.dim() == 2 and t.stride(1) == 1 and t.stride(0) > t.shape[1]:
+        # Keep a strided view's row stride, so a compiled kernel sees the same layout.
+        base = torch.full((block, t.stride(0)), pad, dtype=t.dtype, device=t.device)
+        out = base[:, : t.shape[1]]
+    else:
+        out = torch.full((block, *t.shape[1:]), pad, dtype=t.dtype, device=t.device)
+    out[:rows] = t[:rows]
     return out
 
 
-def _upcasting(kernel: Callable[..., object], dtype: torch.dtype) -> Callable[..., object]:
-    """Feed a low-precision block to the fp32 kernel: the cast is exact, so bits are too."""
-    if dtype == torch.float32:
-        return kernel
-
-    def call(x: torch.Tensor, *rest: torch.Tensor) -> object:
-        return kernel(x.float(), *rest)
-
-    return call
+def partials_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Kernel:
+    return _kernel(tile_partials, ("partials", width, dtype), impl)
 
 
-def partials_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Callable[..., object]:
-    key = ("partials", width, block_rows(width))
-    return _upcasting(_kernel(tile_partials, key, impl), dtype)
+def merge_kernel(tiles: int, impl: Impl) -> Kernel:
+    return _kernel(merge_partials, ("merge", tiles, torch.float32), impl)
 
 
-def merge_kernel(tiles: int, impl: Impl) -> Callable[..., object]:
-    return _kernel(merge_partials, ("merge", tiles, MERGE_BLOCK_ROWS), impl)
-
-
-def grad_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Callable[..., object]:
-    key = ("grad", width, block_rows(width))
-    return _upcasting(_kernel(softmax_grad, key, impl), dtype)
+def grad_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Kernel:
+    return _kernel(softmax_grad, ("grad", width, dtype), impl)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from xconf.errors import XconfError
 from xconf.ops.logprob import kernels, preflight, validation
 from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
@@ -94,7 +95,10 @@ def vocab_parallel_selected_logprob(
     error = validation.local_checks(
         local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
     )
-    backend = normalize_logprob_backend_id(backend_id)
+    try:
+        backend = normalize_logprob_backend_id(backend_id)
+    except XconfError as exc:  # reported through the preflight like any local failure
+        backend, error = str(backend_id), error or exc
     if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
         # Unconditional: validate=False must never let disagreeing ranks reach a collective.
         ok_tensors = error is None
@@ -153,14 +157,12 @@ def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.T
         if valid == 0:
             return (torch.full((rows, 1), NEG_INF), torch.zeros(rows, 1))
         kernel = kernels.partials_kernel(valid, x.dtype, plan.impl)
-        m, sx = kernels.run_row_blocks(
-            kernel, rows, (x[:, :valid],), (0.0,), kernels.block_rows(valid)
-        )
+        m, sx = kernel.run(rows, (x[:, :valid],), (0.0,))
         return m.view(rows, 1), sx.view(rows, 1)
     tile, count = plan.tile, plan.local_tiles
     kernel = kernels.partials_kernel(tile, x.dtype, plan.impl)
     flat = x.view(rows * count, tile)
-    m, sx = kernels.run_row_blocks(kernel, rows * count, (flat,), (0.0,), kernels.block_rows(tile))
+    m, sx = kernel.run(rows * count, (flat,), (0.0,))
     m, sx = m.view(rows, count), sx.view(rows, count)
     for t in range(count):
         start = lo + t * tile
@@ -171,7 +173,7 @@ def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.T
             continue
         scratch = x[:, t * tile : (t + 1) * tile].clone()  # same [rows, tile] kernel shape
         scratch[:, s.real_vocab_size - start :] = NEG_INF
-        pm, ps = kernels.run_row_blocks(kernel, rows, (scratch,), (0.0,), kernels.block_rows(tile))
+        pm, ps = kernel.run(rows, (scratch,), (0.0,))
         m[:, t], sx[:, t] = pm, ps
     return m, sx
 
@@ -222,9 +224,7 @@ class _SelectedLogprob(torch.autograd.Function):
             owner = torch.bucketize(tgt, starts, right=True)
             z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
         merge = kernels.merge_kernel(m.shape[1], plan.impl)
-        (lse,) = kernels.run_row_blocks(
-            merge, rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0), kernels.MERGE_BLOCK_ROWS
-        )
+        (lse,) = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
         logprob = torch.where(active, z - lse, 0.0)
         ctx.save_for_backward(x, lse, col, owned, active)
         return logprob, lse
@@ -252,9 +252,7 @@ class _SelectedLogprob(torch.autograd.Function):
             coef.repeat_interleave(per_row),
             keep.repeat_interleave(per_row),
         )
-        (grad,) = kernels.run_row_blocks(
-            kernel, rows * per_row, inputs, (0.0, 0.0, 0.0, False), kernels.block_rows(width)
-        )
+        (grad,) = kernel.run(rows * per_row, inputs, (0.0, 0.0, 0.0, False))
         grad = grad.view(rows, local)
         if plan.valid_local < local:
             grad[:, plan.valid_local :] = 0.0
