@@ -1,12 +1,12 @@
-"""Fixed-shape reduction kernels: the same compiled code for a tile on any rank and batch.
+"""Row-wise reduction kernels whose per-row code depends only on the contract.
 
-A compiler may split a reduction differently for every shape it sees. Here each kernel
-is compiled (``dynamic=False``) for exactly one block shape that depends only on the
-contract (tile width, dtype), never on the TP degree or the batch size: callers cut
-their work into row blocks of that fixed shape and pad the last block. Each kernel
-reduces every row independently, so a row's bits do not depend on its neighbours.
-Every compiled kernel gets its own code object, so one kernel's guards never evict
-another's and no shape is ever silently run uncompiled.
+A compiler may split a reduction differently for every shape it sees. Here every kernel
+reduces each row independently over a row width fixed by the contract (a tile, or the
+global tile count), never by the TP degree or the batch: ``compiled`` kernels have only
+the row count dynamic and are always first traced with the same size hint, so their
+code generation is the same in every process; ``eager`` kernels run in fixed-size row
+blocks. Every compiled kernel gets its own code object, so one kernel's guards never
+evict another's and nothing is ever silently run uncompiled.
 """
 
 from __future__ import annotations
@@ -23,15 +23,19 @@ from xconf.ops.logprob.errors import LogprobValidationError
 Impl = Literal["compiled", "eager"]
 IMPLS: tuple[Impl, ...] = ("compiled", "eager")
 NEG_INF = float("-inf")
+# Compiled calls cover a multiple of this many rows (a multiple of every SIMD width);
+# it also keeps row counts of 0 and 1, which a compiler specializes, out of the kernels.
+ROW_ALIGN = 64
 
 
 def block_rows(width: int) -> int:
-    """Rows per block for a row width: about 2**21 elements, a function of width only.
-
-    Big enough that per-call overhead (and each call's parallel-region barrier) stays
-    small, small enough that a padded last block costs a few MB at most.
-    """
+    """Eager rows per block for a row width: about 2**21 elements (8 MB of fp32)."""
     return max(1, min(4096, (1 << 21) // width))
+
+
+def warm_rows(width: int) -> int:
+    """The row-count hint a compiled kernel is traced with: a function of width only."""
+    return max(ROW_ALIGN, min(4096, WARM_ELEMENTS // width) // ROW_ALIGN * ROW_ALIGN)
 
 
 def tile_partials(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,15 +62,14 @@ def softmax_grad(
     return torch.where(keep[:, None], grad, torch.zeros_like(grad))
 
 
-WARM_ROWS = 4096  # the size hint every compiled kernel is first specialized with
-MIN_ROWS = 2  # a row count of 0 or 1 would be specialized separately by the compiler
+WARM_ELEMENTS = 1 << 22  # size hint: every compiled kernel is first traced with this many
 
 
 class Kernel:
     """One row-wise reduction kernel for one row width and dtype.
 
     ``compiled``: compiled once with only the row count dynamic (the row width, dtype and
-    strides are static), first traced with a fixed ``WARM_ROWS`` size hint, then called
+    strides are static), first traced with a size hint of ``warm_rows(width)`` rows, then called
     once over all rows: one parallel region per call, and the same per-row code for any
     row count. ``eager``: the same function over fixed ``block_rows(width)``-row blocks
     (the last one padded), so no full-size temporaries are ever allocated.
@@ -93,14 +96,24 @@ class Kernel:
         if compiled is None:
             return _run_blocks(self.fn, rows, inputs, pads, block_rows(self.width))
         if not self._warm:
-            warm = tuple(
-                _padded(t[:WARM_ROWS], WARM_ROWS, p) for t, p in zip(inputs, pads, strict=True)
-            )
+            hint = warm_rows(self.width)
+            warm = tuple(_padded(t[:hint], hint, p) for t, p in zip(inputs, pads, strict=True))
             _call(compiled, warm)
             self._warm = True
-        if rows < MIN_ROWS:
-            inputs = tuple(_padded(t, MIN_ROWS, p) for t, p in zip(inputs, pads, strict=True))
-        return [part[:rows] for part in _call(compiled, inputs)]
+        # Every call covers a multiple of ROW_ALIGN rows, so a loop the compiler vectorizes
+        # across rows never sends a row down its scalar remainder path.
+        main = rows - rows % ROW_ALIGN
+        parts: list[list[torch.Tensor]] = []
+        if main:
+            parts.append(_call(compiled, tuple(t[:main] for t in inputs)))
+        if rows > main:
+            rest = tuple(
+                _padded(t[main:rows], ROW_ALIGN, p) for t, p in zip(inputs, pads, strict=True)
+            )
+            parts.append([out[: rows - main] for out in _call(compiled, rest)])
+        if len(parts) == 1:
+            return parts[0]
+        return [torch.cat(pieces) for pieces in zip(*parts, strict=True)]
 
 
 def _call(compiled: Callable[..., object], inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:

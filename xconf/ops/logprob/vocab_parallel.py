@@ -1,7 +1,7 @@
 """Deterministic vocab-parallel selected-token logprob (see ``contract`` for the semantics).
 
 ``deterministic=True``: the padded vocab is cut into fixed global tiles; every tile is
-reduced by the same fixed-shape kernel on any rank, the tile partials are all-gathered
+reduced by the same row-wise kernel on any rank, the tile partials are all-gathered
 (bytes only) and every rank merges all tiles in global order over the same shape, so
 the bits do not depend on the TP degree, the shard bounds or the batch composition.
 ``deterministic=False``: one partial per shard; faster, layout-dependent, and refused
