@@ -148,18 +148,26 @@ def vocab_parallel_selected_logprob_fast(
 
 
 def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf."""
+    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf.
+
+    Deterministic: one partial per tile. Fast: the tiles merged locally into one partial
+    per shard, so the cross-rank merge (and its bits) follows the TP layout.
+    """
+    m, sx = _tile_partials(x, plan)
+    if plan.deterministic:
+        return m, sx
+    rows = x.shape[0]
+    merge = kernels.partial_merge_kernel(m.shape[1], plan.impl)
+    big, total = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
+    return big.view(rows, 1), total.view(rows, 1)
+
+
+def _tile_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(m, s)`` per local tile, ``[N, local tiles]``."""
     rows = x.shape[0]
     s = plan.contract.sharding
-    lo, _ = s.local_bounds
-    valid = plan.valid_local
-    if not plan.deterministic:
-        if valid == 0:
-            return (torch.full((rows, 1), NEG_INF), torch.zeros(rows, 1))
-        kernel = kernels.partials_kernel(valid, x.dtype, plan.impl)
-        m, sx = kernel.run(rows, (x[:, :valid],), (0.0,))
-        return m.view(rows, 1), sx.view(rows, 1)
-    tile, count = plan.tile, plan.local_tiles
+    lo, hi = s.local_bounds
+    tile, count = plan.tile, (hi - lo) // plan.tile
     kernel = kernels.partials_kernel(tile, x.dtype, plan.impl)
     flat = x.view(rows * count, tile)
     m, sx = kernel.run(rows * count, (flat,), (0.0,))
@@ -243,7 +251,7 @@ class _SelectedLogprob(torch.autograd.Function):
         keep = active & torch.isfinite(lse)
         coef = torch.where(keep, g_ls - g_lp, 0.0)
         safe_lse = torch.where(keep, lse, 0.0)
-        width = plan.tile if plan.deterministic else local
+        width = plan.tile
         per_row = local // width
         kernel = kernels.grad_kernel(width, x.dtype, plan.impl)
         inputs = (
