@@ -10,6 +10,7 @@ for ``cross_tp_bitwise`` contracts.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from xconf.ops.logprob.kernels import NEG_INF, Impl
 MAX_TILE_WIDTH = 4096
 
 
+@functools.lru_cache(maxsize=64)
 def default_num_vocab_tiles(padded_vocab_size: int) -> int:
     """The fewest tiles of at most ``MAX_TILE_WIDTH`` columns that divide the padded vocab,
     preferring a multiple of 8 tiles (then even shards for TP 1, 2, 4, 8 align with tiles).
