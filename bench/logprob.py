@@ -93,7 +93,8 @@ def _child_single(variant: str, rows: int, vocab: int, repeats: int) -> dict[str
 
         torch.log_softmax(logits[:8], -1)
         seconds, peak, (out,) = _timed(run, repeats)
-        return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(out)}
+        read, _, _ = _timed(lambda: logits.sum(), 5)  # one read pass: the machine's pace
+        return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(out), "read": read}
     deterministic = variant == "det_tp1"
     scope = "cross_tp_bitwise" if deterministic else "fixed_topology"
     contract = LogprobContract(
@@ -193,7 +194,10 @@ def main() -> None:
     variants = ["plain", "det_tp1", "fast_tp1"] + [f"det_tp{w}" for w in args.tp]
     results = {v: _run_child(v, args) for v in variants}
     plain = results["plain"]
-    print(f"rows={args.rows} vocab={args.vocab} dtype=float32 threads={torch.get_num_threads()}")
+    print(
+        f"rows={args.rows} vocab={args.vocab} dtype=float32 threads={torch.get_num_threads()} "
+        f"read_pass={plain['read'] * 1e3:.1f} ms"
+    )
     for name, r in results.items():
         same = (
             ""
