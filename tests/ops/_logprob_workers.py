@@ -1,0 +1,195 @@
+"""Multi-process helpers for the vocab-parallel tests: real gloo worlds via spawn."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from xconf.ops.logprob.contract import (
+    LogprobContract,
+    ReductionSpec,
+    ShardingSpec,
+    even_shard_bounds,
+)
+from xconf.ops.logprob.errors import LogprobPreflightError, LogprobValidationError
+from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
+
+ROWS = 13
+NUM_TILES = 8
+# (name, real vocab, padded vocab, bounds by TP size); every bound is a multiple of 32.
+VOCABS: tuple[tuple[str, int, int, dict[int, tuple[tuple[int, int], ...]]], ...] = (
+    ("even_unpadded", 256, 256, {w: even_shard_bounds(256, w) for w in (1, 2, 4)}),
+    (
+        "uneven_padded",
+        250,
+        256,
+        {
+            1: ((0, 256),),
+            2: ((0, 96), (96, 256)),
+            4: ((0, 32), (32, 128), (128, 160), (160, 256)),
+        },
+    ),
+)
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _entry(
+    rank: int, world: int, port: int, out: str, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
+    )
+    try:
+        result = fn(rank, world, *args)
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+    except BaseException:
+        (Path(out) / f"rank{rank}.err").write_text(traceback.format_exc())
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def run_world(
+    world: int, fn: Callable[..., Any], out: Path, *args: Any, deadline_s: float = 900.0
+) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` spawned gloo ranks; return their results.
+
+    Nothing may hang: past ``deadline_s`` the ranks are terminated and the call fails.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = mp.spawn(_entry, args=(world, free_port(), str(out), fn, args), nprocs=world, join=False)
+    stop = time.monotonic() + deadline_s
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > stop:
+            for process in ctx.processes:
+                if process.is_alive():
+                    process.terminate()
+            raise TimeoutError(f"gloo world of {world} did not finish in {deadline_s} s")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def inputs(real: int, padded: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Full logits, targets (some inactive rows hold junk), active mask, upstream weights."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(ROWS, padded, generator=gen) * 3).to(dtype)
+    logits[:, real:] = 1e4  # junk in the padding: must be masked, never read
+    logits[2, 5] = float("-inf")
+    target = torch.randint(0, real, (ROWS,), generator=gen)
+    active = torch.ones(ROWS, dtype=torch.bool)
+    active[[3, 7]] = False
+    target[7] = padded + 99  # an inactive row may hold any id
+    weights = torch.randn(2, ROWS, generator=gen)
+    return logits, target, active, weights
+
+
+def contract_for(real: int, padded: int, bounds: Any, dtype: torch.dtype, rank: int) -> Any:
+    return LogprobContract(
+        sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
+        logits_dtype=str(dtype).removeprefix("torch."),  # type: ignore[arg-type]
+        reduction=ReductionSpec(determinism_scope="cross_tp_bitwise"),
+    )
+
+
+def score_all(rank: int, world: int, impl: str = "compiled") -> dict[str, Any]:
+    """Every (vocab, dtype) case, twice: forward outputs and the local gradient shard."""
+    results: dict[str, Any] = {}
+    for name, real, padded, bounds_by_world in VOCABS:
+        bounds = bounds_by_world[world]
+        lo, hi = bounds[rank]
+        for dtype in DTYPES:
+            logits, target, active, weights = inputs(real, padded, dtype)
+            contract = contract_for(real, padded, bounds, dtype, rank)
+            for attempt in range(2):
+                local = logits[:, lo:hi].clone().requires_grad_()
+                logprob, lse = vocab_parallel_selected_logprob(
+                    local,
+                    target,
+                    active,
+                    contract=contract,
+                    num_vocab_tiles=NUM_TILES,
+                    impl=impl,  # type: ignore[arg-type]
+                )
+                loss = (logprob * weights[0]).sum() + (
+                    torch.where(active, lse, 0) * weights[1]
+                ).sum()
+                loss.backward()
+                assert local.grad is not None
+                key = f"{name}/{dtype!s}/{attempt}"
+                results[key] = (logprob.detach(), lse.detach(), local.grad.detach())
+    return results
+
+
+def tp2_world(rank: int, world: int) -> dict[str, Any]:
+    """Bitwise scoring (both impls) plus every preflight failure, in one world of two."""
+    results = {"compiled": score_all(rank, world), "eager": score_all(rank, world, "eager")}
+    real, padded = 256, 256
+    bounds = even_shard_bounds(padded, world)
+    logits, target, active, _ = inputs(real, padded, torch.float32)
+    lo, hi = bounds[rank]
+    local = logits[:, lo:hi].contiguous()
+    errors: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    scoped = {
+        "tiles": (
+            contract_for(real, padded, bounds, torch.float32, rank),
+            {"num_vocab_tiles": 8 if rank == 0 else 4},
+        ),
+        "determinism": (
+            LogprobContract(
+                sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
+                reduction=ReductionSpec(determinism_scope="fixed_topology"),
+            ),
+            {"deterministic": rank == 0, "num_vocab_tiles": NUM_TILES},
+        ),
+        "shard_size": (
+            contract_for(real, padded, bounds, torch.float32, rank),
+            {"local_logits": local[:, :-1] if rank == 1 else local},
+        ),
+    }
+    for case, (contract, overrides) in scoped.items():
+        kwargs: dict[str, Any] = {"local_logits": local, **overrides}
+        started = time.perf_counter()
+        try:
+            vocab_parallel_selected_logprob(
+                kwargs.pop("local_logits"),
+                target,
+                active,
+                contract=contract,
+                validate=False,
+                **kwargs,
+            )
+            errors[case] = "no error"
+        except (LogprobPreflightError, LogprobValidationError) as exc:
+            errors[case] = exc.code
+        seconds[case] = time.perf_counter() - started
+        # The group is still in step: a well-formed call right after succeeds.
+        vocab_parallel_selected_logprob(
+            local,
+            target,
+            active,
+            contract=contract_for(real, padded, bounds, torch.float32, rank),
+            num_vocab_tiles=NUM_TILES,
+            impl="eager",
+        )
+    results["errors"] = errors
+    results["seconds"] = seconds
+    return results

@@ -1,0 +1,1 @@
+"""Vocab-parallel selected-token logprob: typed contract, dispatch and operator."""

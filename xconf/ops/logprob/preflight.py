@@ -1,0 +1,108 @@
+"""Cross-rank agreement check, run on every call with TP > 1 whatever ``validate`` says.
+
+Ranks that disagree on the contract, the backend, the tile count, the determinism mode,
+the row count or the scored tokens would enter the data collective with different
+payload shapes or semantics, which hangs or corrupts a TP group. So before it, every
+rank contributes a fixed-size int64 digest to an ``all_gather`` (a fixed shape cannot
+mismatch) and every rank compares all digests: all of them fail together, loudly.
+A rank whose local checks failed takes part too, so its peers never wait for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from xconf.errors import XconfError
+from xconf.ops.logprob.errors import LogprobPreflightError
+
+FIELDS = (
+    "magic",
+    "contract_fingerprint",
+    "backend_id",
+    "num_vocab_tiles",
+    "determinism_mode",
+    "impl",
+    "rows",
+    "target_ids",
+    "active_mask",
+    "local_error",
+)
+_MAGIC = 0x78636F6E66  # "xconf"
+
+
+def text_digest(text: str) -> int:
+    """A signed 64-bit digest of a string (0 is reserved for "no error")."""
+    value = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
+    return value or 1
+
+
+def tensor_digest(values: torch.Tensor) -> int:
+    """An order-sensitive int64 digest of an integer or bool vector (wraps on overflow)."""
+    flat = values.detach().reshape(-1).to(device="cpu", dtype=torch.int64)
+    weights = torch.arange(1, 2 * flat.numel() + 1, 2, dtype=torch.int64)
+    mixed = flat * 0x9E3779B1 + weights * 0x85EBCA77
+    return int((mixed * weights).sum().item())
+
+
+def build_digest(
+    *,
+    fingerprint: str,
+    backend_id: str,
+    num_vocab_tiles: int,
+    deterministic: object,
+    impl: str,
+    target_ids: torch.Tensor | None,
+    active_mask: torch.Tensor | None,
+    rows: int,
+    local_error: XconfError | None,
+) -> torch.Tensor:
+    mode = {True: 1, False: 0}.get(deterministic, -1) if isinstance(deterministic, bool) else -1
+    values = [
+        _MAGIC,
+        text_digest(fingerprint),
+        text_digest(backend_id),
+        int(num_vocab_tiles),
+        mode,
+        text_digest(impl),
+        int(rows),
+        0 if target_ids is None else tensor_digest(target_ids),
+        0 if active_mask is None else tensor_digest(active_mask),
+        0 if local_error is None else text_digest(local_error.code),
+    ]
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def agree(
+    digest: torch.Tensor,
+    group: Any,
+    world_size: int,
+    rank: int,
+    local_error: XconfError | None,
+) -> None:
+    """Gather every rank's digest and raise on all ranks if any field differs."""
+    gathered = [torch.empty_like(digest) for _ in range(world_size)]
+    dist.all_gather(gathered, digest, group=group)
+    if local_error is not None:
+        raise local_error
+    failed = [r for r, d in enumerate(gathered) if int(d[-1]) != 0]
+    if failed:
+        raise LogprobPreflightError(
+            "logprob.preflight.peer_failed",
+            f"rank(s) {failed} failed local validation before the collective",
+            "tp_group",
+        )
+    mine = digest.tolist()
+    for field_index, name in enumerate(FIELDS):
+        values = [int(d[field_index]) for d in gathered]
+        if any(v != mine[field_index] for v in values):
+            others = [r for r, v in enumerate(values) if v != mine[field_index]]
+            raise LogprobPreflightError(
+                f"logprob.preflight.{name}_mismatch",
+                f"TP rank {rank} disagrees with rank(s) {others} on {name} "
+                f"(values by rank: {values}); refusing to enter the collective",
+                "tp_group",
+            )

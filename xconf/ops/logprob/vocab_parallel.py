@@ -1,0 +1,271 @@
+"""Deterministic vocab-parallel selected-token logprob (see ``contract`` for the semantics).
+
+``deterministic=True``: the padded vocab is cut into fixed global tiles; every tile is
+reduced by the same row-wise kernel on any rank, the tile partials are all-gathered
+(bytes only) and every rank merges all tiles in global order over the same shape, so
+the bits do not depend on the TP degree, the shard bounds or the batch composition.
+``deterministic=False``: one partial per shard; faster, layout-dependent, and refused
+for ``cross_tp_bitwise`` contracts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from xconf.errors import XconfError
+from xconf.ops.logprob import kernels, preflight, validation
+from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
+from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
+from xconf.ops.logprob.kernels import NEG_INF, Impl
+
+MAX_TILE_WIDTH = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def default_num_vocab_tiles(padded_vocab_size: int) -> int:
+    """The fewest tiles of at most ``MAX_TILE_WIDTH`` columns that divide the padded vocab,
+    preferring a multiple of 8 tiles (then even shards for TP 1, 2, 4, 8 align with tiles).
+
+    A function of the padded vocab only, so every TP degree uses the same tiles.
+    """
+    fitting = [
+        t
+        for t in range(1, padded_vocab_size + 1)
+        if padded_vocab_size % t == 0 and padded_vocab_size // t <= MAX_TILE_WIDTH
+    ]
+    preferred = [t for t in fitting if t % 8 == 0]
+    return (preferred or fitting)[0]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    contract: LogprobContract
+    deterministic: bool
+    impl: Impl
+    num_tiles: int
+    tile: int
+    tiles_by_rank: tuple[int, ...]  # partials each rank contributes
+    group: Any
+
+    @property
+    def rank(self) -> int:
+        return self.contract.sharding.tp_rank
+
+    @property
+    def world(self) -> int:
+        return self.contract.sharding.tp_world_size
+
+    @property
+    def local_tiles(self) -> int:
+        return self.tiles_by_rank[self.rank]
+
+    @property
+    def valid_local(self) -> int:
+        """Real (unpadded) columns in this rank's shard."""
+        s = self.contract.sharding
+        lo, hi = s.local_bounds
+        return max(0, min(hi, s.real_vocab_size) - lo)
+
+
+def vocab_parallel_selected_logprob(
+    local_logits: torch.Tensor,
+    target_ids: torch.Tensor,
+    active_mask: torch.Tensor | None = None,
+    *,
+    contract: LogprobContract,
+    tp_group: Any = None,
+    num_vocab_tiles: int | None = None,
+    deterministic: bool = True,
+    validate: bool = True,
+    backend_id: str = VOCAB_PARALLEL_ID,
+    impl: Impl = "compiled",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(selected logprob [N], LSE [N])``, replicated on every rank of the TP group.
+
+    ``local_logits`` is this rank's ``[N, local_vocab]`` shard; ``target_ids`` are global
+    padded-vocab ids. Gradients flow to ``local_logits`` from both outputs.
+    """
+    s = contract.sharding
+    tiles = (
+        default_num_vocab_tiles(s.padded_vocab_size) if num_vocab_tiles is None else num_vocab_tiles
+    )
+    error = validation.local_checks(
+        local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
+    )
+    try:
+        backend = normalize_logprob_backend_id(backend_id)
+    except XconfError as exc:  # reported through the preflight like any local failure
+        backend, error = str(backend_id), error or exc
+    if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
+        # Unconditional: validate=False must never let disagreeing ranks reach a collective.
+        ok_tensors = error is None
+        digest = preflight.build_digest(
+            fingerprint=contract.cross_rank_fingerprint(),
+            backend_id=backend,
+            num_vocab_tiles=tiles if isinstance(tiles, int) else -1,
+            deterministic=deterministic,
+            impl=str(impl),
+            target_ids=target_ids if ok_tensors else None,
+            active_mask=active_mask if ok_tensors else None,
+            rows=local_logits.shape[0] if ok_tensors else -1,
+            local_error=error,
+        )
+        preflight.agree(digest, tp_group, s.tp_world_size, s.tp_rank, error)
+    elif error is not None:
+        raise error
+    target = target_ids.to(torch.int64)
+    active = validation.resolve_active(target, active_mask, contract)
+    if validate:
+        validation.validate_targets(target, active, contract)
+    tile = s.padded_vocab_size // tiles
+    if deterministic:
+        by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
+    else:
+        by_rank = (1,) * s.tp_world_size
+    plan = _Plan(contract, bool(deterministic), impl, tiles, tile, by_rank, tp_group)
+    logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
+    if validate and bool((active & (lse == NEG_INF)).any()):
+        raise validation.fail(
+            "row_all_neg_inf", "an active row has every real logit at -inf", "logits"
+        )
+    return logprob, lse
+
+
+def vocab_parallel_selected_logprob_fast(
+    local_logits: torch.Tensor,
+    target_ids: torch.Tensor,
+    active_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``deterministic=False`` entry point (backend ``xconf.vocab_parallel_logp_fast``)."""
+    kwargs.setdefault("backend_id", VOCAB_PARALLEL_FAST_ID)
+    return vocab_parallel_selected_logprob(
+        local_logits, target_ids, active_mask, deterministic=False, **kwargs
+    )
+
+
+def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf.
+
+    Deterministic: one partial per tile. Fast: the tiles merged locally into one partial
+    per shard, so the cross-rank merge (and its bits) follows the TP layout.
+    """
+    m, sx = _tile_partials(x, plan)
+    if plan.deterministic:
+        return m, sx
+    rows = x.shape[0]
+    merge = kernels.partial_merge_kernel(m.shape[1], plan.impl)
+    big, total = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
+    return big.view(rows, 1), total.view(rows, 1)
+
+
+def _tile_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``(m, s)`` per local tile, ``[N, local tiles]``."""
+    rows = x.shape[0]
+    s = plan.contract.sharding
+    lo, hi = s.local_bounds
+    tile, count = plan.tile, (hi - lo) // plan.tile
+    kernel = kernels.partials_kernel(tile, x.dtype, plan.impl)
+    flat = x.view(rows * count, tile)
+    m, sx = kernel.run(rows * count, (flat,), (0.0,))
+    m, sx = m.view(rows, count), sx.view(rows, count)
+    for t in range(count):
+        start = lo + t * tile
+        if start + tile <= s.real_vocab_size:
+            continue
+        if start >= s.real_vocab_size:  # padding only: the identity partial
+            m[:, t], sx[:, t] = NEG_INF, 0.0
+            continue
+        scratch = x[:, t * tile : (t + 1) * tile].clone()  # same [rows, tile] kernel shape
+        scratch[:, s.real_vocab_size - start :] = NEG_INF
+        pm, ps = kernel.run(rows, (scratch,), (0.0,))
+        m[:, t], sx[:, t] = pm, ps
+    return m, sx
+
+
+def _exchange(
+    m: torch.Tensor, sx: torch.Tensor, z: torch.Tensor, plan: _Plan
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All-gather tile partials and owned target logits; returns global-order ``[N, T]``."""
+    rows, count = m.shape
+    width = max(plan.tiles_by_rank)
+    pack = torch.zeros(rows, 2 * width + 1, dtype=torch.float32)
+    pack[:, :width] = NEG_INF
+    pack[:, :count] = m
+    pack[:, width : width + count] = sx
+    pack[:, 2 * width] = z
+    gathered = [torch.empty_like(pack) for _ in range(plan.world)]
+    dist.all_gather(gathered, pack, group=plan.group)
+    m_all = torch.cat([g[:, :c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1)
+    s_all = torch.cat(
+        [g[:, width : width + c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1
+    )
+    z_all = torch.stack([g[:, 2 * width] for g in gathered])
+    return m_all, s_all, z_all
+
+
+class _SelectedLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, logits: torch.Tensor, target: torch.Tensor, active: torch.Tensor, plan: _Plan
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        x = logits.detach().contiguous()
+        s = plan.contract.sharding
+        lo, _ = s.local_bounds
+        rows, local = x.shape
+        ctx.plan = plan
+        if rows == 0:
+            empty = torch.zeros(0, dtype=torch.float32)
+            ctx.save_for_backward(x, empty, target, active, active)
+            return empty, empty.clone()
+        tgt = target.clamp(0, s.padded_vocab_size - 1)
+        owned = (tgt >= lo) & (tgt < lo + local)
+        col = (tgt - lo).clamp(0, local - 1)
+        z = torch.where(owned, x.gather(1, col[:, None]).squeeze(1).float(), 0.0)
+        m, sx = _local_partials(x, plan)
+        if plan.world > 1:
+            m, sx, z_all = _exchange(m, sx, z, plan)
+            starts = torch.tensor([b[0] for b in s.shard_bounds[1:]], dtype=torch.int64)
+            owner = torch.bucketize(tgt, starts, right=True)
+            z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
+        merge = kernels.merge_kernel(m.shape[1], plan.impl)
+        (lse,) = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
+        logprob = torch.where(active, z - lse, 0.0)
+        ctx.save_for_backward(x, lse, col, owned, active)
+        return logprob, lse
+
+    @staticmethod
+    def backward(
+        ctx: Any, g_logprob: torch.Tensor | None, g_lse: torch.Tensor | None
+    ) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
+        x, lse, col, owned, active = ctx.saved_tensors
+        plan: _Plan = ctx.plan
+        rows, local = x.shape
+        if rows == 0:
+            return torch.zeros_like(x), None, None, None
+        g_lp = torch.zeros_like(lse) if g_logprob is None else g_logprob.float()
+        g_ls = torch.zeros_like(lse) if g_lse is None else g_lse.float()
+        keep = active & torch.isfinite(lse)
+        coef = torch.where(keep, g_ls - g_lp, 0.0)
+        safe_lse = torch.where(keep, lse, 0.0)
+        width = plan.tile
+        per_row = local // width
+        kernel = kernels.grad_kernel(width, x.dtype, plan.impl)
+        inputs = (
+            x.view(rows * per_row, width),
+            safe_lse.repeat_interleave(per_row),
+            coef.repeat_interleave(per_row),
+            keep.repeat_interleave(per_row),
+        )
+        (grad,) = kernel.run(rows * per_row, inputs, (0.0, 0.0, 0.0, False))
+        grad = grad.view(rows, local)
+        if plan.valid_local < local:
+            grad[:, plan.valid_local :] = 0.0
+        hit = (owned & keep).nonzero().squeeze(1)
+        grad[hit, col[hit]] = grad[hit, col[hit]] + g_lp[hit]
+        return grad.to(x.dtype), None, None, None
