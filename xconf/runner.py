@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 import traceback
@@ -91,11 +92,19 @@ def frozen_inputs(identity: Identity) -> FrozenInputs:
 
 
 class EngineCache:
-    """Engines keyed by side and every reuse-relevant fingerprint; least recently used evicted."""
+    """Engines keyed by side and every reuse-relevant fingerprint; least recently used evicted.
 
-    def __init__(self, adapter: RuntimeAdapter, capacity_per_side: int = 4) -> None:
+    ``capacity`` is engines kept per side (an int, or a mapping side -> int). Eviction happens
+    before a new engine is built, so a runtime whose engines cannot coexist (in-process vLLM
+    shares process-wide state) never holds two at once.
+    """
+
+    def __init__(self, adapter: RuntimeAdapter, capacity: int | Mapping[str, int] = 4) -> None:
         self._adapter = adapter
-        self._capacity = capacity_per_side
+        self._capacity = {
+            side: capacity if isinstance(capacity, int) else int(capacity.get(side, 4))
+            for side in SIDES
+        }
         self._engines: dict[str, OrderedDict[tuple[str, ...], Engine]] = {
             s: OrderedDict() for s in SIDES
         }
@@ -109,12 +118,12 @@ class EngineCache:
             engines.move_to_end(key)
             self.reused += 1
             return engines[key]
+        while engines and len(engines) >= self._capacity[binding.side]:
+            _, evicted = engines.popitem(last=False)
+            evicted.close()
         engine = self._adapter.build_engine(binding, case)
         self.built += 1
         engines[key] = engine
-        while len(engines) > self._capacity:
-            _, evicted = engines.popitem(last=False)
-            evicted.close()
         return engine
 
     def close(self) -> None:
@@ -293,8 +302,11 @@ class PairedRunner:
             operator = session.instantiate(case.operator(side))
             scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
             # Read back after scoring: request-lifecycle knobs are only observable then.
-            applications = apply_readback(side_binding, engine.readback())
+            readback = engine.readback()
+            applications = apply_readback(side_binding, readback)
             actual["sides"][side] = [a.to_dict() for a in applications]
+            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...).
+            actual.setdefault("readback", {})[side] = json.loads(json.dumps(readback, default=str))
             reasons = strict_violations(applications, strict_fallback=strict, declared=declared)
             if reasons:
                 raise XconfError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
@@ -66,7 +66,8 @@ class VllmHfRuntime:
 
     runtime_kind = "vllm-hf"
     version = ADAPTER_VERSION
-    max_cached_engines = 1  # in-process vLLM engines share process-wide state: one at a time
+    # In-process vLLM engines share process-wide state: one rollout engine at a time.
+    max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 1, "training": 4}
 
     def __init__(
         self,

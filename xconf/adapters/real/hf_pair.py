@@ -9,7 +9,7 @@ teacher-forced reference pass and are reported ``unsupported`` when requested.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _app, _process_group
 from xconf.knobs import KnobValue
@@ -74,7 +74,7 @@ class HfPairRuntime(VllmHfRuntime):
     """S1: transformers on both sides; vLLM is used only to freeze a recipe identity."""
 
     runtime_kind = "hf-pair"
-    max_cached_engines = 2
+    max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 2, "training": 2}
 
     def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
         if path in _ONLY:
