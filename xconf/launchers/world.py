@@ -150,6 +150,8 @@ def _run_rank(blob: bytes, settings: WorldSettings, pid_dir: str) -> Any:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=settings.pg_timeout_s))
     try:
+        # In-memory IPC: the parent launcher serialized this task a moment ago (elastic launch
+        # spawns the ranks). Never bytes read from an artifact: those are safetensors/JSON.
         fn, args = cloudpickle.loads(blob)
         value = fn(*args)
     finally:

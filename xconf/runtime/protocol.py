@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from xconf.knobs import KnobValue, Lifecycle
+from xconf.knobs import KNOBS, KnobValue, Lifecycle
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
 
@@ -50,6 +50,20 @@ class KnobApplication:
             "status": self.status,
             "evidence": self.evidence,
         }
+
+
+def planned_application(
+    path: str,
+    side: Side,
+    requested: KnobValue,
+    materialized: KnobValue | None,
+    status: KnobStatus,
+    evidence: str,
+) -> KnobApplication:
+    """The materialized stage of one knob; the actual stage comes from engine readback."""
+    return KnobApplication(
+        path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence
+    )
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from xconf.knobs import KNOBS, KnobValue
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,
-    KnobStatus,
     RuntimeBinding,
     SideBinding,
+    planned_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -25,25 +25,12 @@ ADAPTER_VERSION = "1"
 SINGLE_PROCESS = (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 
-def _application(
-    path: str,
-    side: Side,
-    requested: KnobValue,
-    materialized: KnobValue | None,
-    status: KnobStatus,
-    evidence: str,
-) -> KnobApplication:
-    return KnobApplication(
-        path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence
-    )
-
-
 def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
     """What this runtime will configure for one requested knob value."""
     if path in ("rollout.tensor_parallel_size", "rollout.context_parallel_size"):
         if value == 1:
-            return _application(path, side, value, 1, "applied", "single in-process rank")
-        return _application(
+            return planned_application(path, side, value, 1, "applied", "single in-process rank")
+        return planned_application(
             path,
             side,
             value,
@@ -54,24 +41,24 @@ def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
         )
     if path == "training.sharding":
         if value == "unsharded":
-            return _application(path, side, value, value, "applied", "one unsharded module")
-        return _application(
+            return planned_application(path, side, value, value, "applied", "one unsharded module")
+        return planned_application(
             path, side, value, None, "unsupported", "cpu-smoke has no process group to shard over"
         )
     if path == "training.attention_backend":
         if value == "flash_attention_2":
-            return _application(
+            return planned_application(
                 path, side, value, None, "unsupported", "flash_attention_2 needs CUDA"
             )
         chosen = "sdpa" if value == "native" else value
-        return _application(
+        return planned_application(
             path, side, value, chosen, "applied", f"attention computed with {chosen}"
         )
     if path == "batch.size":
-        return _application(
+        return planned_application(
             path, side, value, value, "applied", "frozen samples chunked into requests of this size"
         )
-    return _application(path, side, value, value, "applied", "set at engine construction")
+    return planned_application(path, side, value, value, "applied", "set at engine construction")
 
 
 class CpuSmokeRuntime:

@@ -21,11 +21,11 @@ from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
     KnobApplication,
-    KnobStatus,
     RuntimeBinding,
     SelectedLogprobOp,
     SideBinding,
     SideScore,
+    planned_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -34,19 +34,6 @@ if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
-
-
-def _app(
-    path: str,
-    side: Side,
-    requested: KnobValue,
-    materialized: KnobValue | None,
-    status: KnobStatus,
-    evidence: str,
-) -> KnobApplication:
-    return KnobApplication(
-        path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence
-    )
 
 
 def _process_group() -> tuple[tuple[str, Any], ...]:
@@ -121,7 +108,7 @@ class VllmHfRuntime:
     def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
         spec = self.record
         if path == "batch.size":
-            return _app(
+            return planned_application(
                 path,
                 side,
                 value,
@@ -134,7 +121,7 @@ class VllmHfRuntime:
             cores = os.cpu_count() or 1
             world = _world_size()
             if any(h % int(value) for h in heads):
-                return _app(
+                return planned_application(
                     path,
                     side,
                     value,
@@ -143,7 +130,7 @@ class VllmHfRuntime:
                     f"{heads} heads do not split over TP={value}",
                 )
             if self.device == "cpu" and int(value) > cores:
-                return _app(
+                return planned_application(
                     path,
                     side,
                     value,
@@ -152,7 +139,7 @@ class VllmHfRuntime:
                     f"TP={value} needs {value} cores, {cores} here",
                 )
             if world > 1 and int(value) not in (1, world):
-                return _app(
+                return planned_application(
                     path,
                     side,
                     value,
@@ -160,13 +147,15 @@ class VllmHfRuntime:
                     "unsupported",
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
-            return _app(
+            return planned_application(
                 path, side, value, value, "applied", _rollout_executor(int(value), world)[2]
             )
         if path == "rollout.context_parallel_size":
             if value == 1:
-                return _app(path, side, value, 1, "applied", "no context parallelism")
-            return _app(
+                return planned_application(
+                    path, side, value, 1, "applied", "no context parallelism"
+                )
+            return planned_application(
                 path,
                 side,
                 value,
@@ -176,17 +165,21 @@ class VllmHfRuntime:
             )
         if path == "training.attention_backend":
             if value == "flash_attention_2" and self.device == "cpu":
-                return _app(path, side, value, None, "unsupported", "flash_attention_2 needs CUDA")
+                return planned_application(
+                    path, side, value, None, "unsupported", "flash_attention_2 needs CUDA"
+                )
             chosen = "sdpa" if value == "native" else value
-            return _app(
+            return planned_application(
                 path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}"
             )
         if path == "training.sharding":
             if value == "unsharded":
-                return _app(path, side, value, value, "applied", "one unsharded module")
+                return planned_application(
+                    path, side, value, value, "applied", "one unsharded module"
+                )
             world = dict(_process_group())["world_size"]
             if world < 2:
-                return _app(
+                return planned_application(
                     path,
                     side,
                     value,
@@ -194,7 +187,7 @@ class VllmHfRuntime:
                     "unsupported",
                     "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
                 )
-            return _app(
+            return planned_application(
                 path,
                 side,
                 value,
@@ -202,7 +195,9 @@ class VllmHfRuntime:
                 "applied",
                 f"FSDP2 fully_shard per decoder layer over {world} ranks",
             )
-        return _app(path, side, value, value, "applied", "set at engine construction")
+        return planned_application(
+            path, side, value, value, "applied", "set at engine construction"
+        )
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         knobs = case.case.knob_dict()

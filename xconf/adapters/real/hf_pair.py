@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _app, _process_group
+from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _process_group
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import (
     Engine,
@@ -21,6 +21,7 @@ from xconf.runtime.protocol import (
     SelectedLogprobOp,
     SideBinding,
     SideScore,
+    planned_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -80,12 +81,14 @@ class HfPairRuntime(VllmHfRuntime):
         if path in _ONLY:
             allowed, why = _ONLY[path]
             if value == allowed:
-                return _app(
+                return planned_application(
                     path, side, value, value, "applied", f"fixed by the reference scorer: {why}"
                 )
-            return _app(path, side, value, None, "unsupported", why)
+            return planned_application(path, side, value, None, "unsupported", why)
         if path == "rollout.dtype":
-            return _app(path, side, value, value, "applied", "reference scorer compute dtype")
+            return planned_application(
+                path, side, value, value, "applied", "reference scorer compute dtype"
+            )
         return super()._materialize(path, side, value)
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
