@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save
 
+from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
 from xconf.artifacts.safe_io import (
     allocate_attempt_dir,
     append_line,
@@ -26,18 +27,6 @@ from xconf.artifacts.safe_io import (
 )
 from xconf.errors import ArtifactError
 
-SEAL_NAME = "COMPLETE"
-SEAL_SCHEMA = "xconf.seal.v1"
-PAYLOAD_FILES = (
-    "requested.json",
-    "materialized.json",
-    "actual.json",
-    "identity.json",
-    "score_rollout.safetensors",
-    "score_training.safetensors",
-    "token_diffs.safetensors",
-    "comparison.json",
-)
 NON_REUSABLE_RESULTS = frozenset({"error"})
 SEAL_KEYS = frozenset(
     {"schema", "experiment_id", "case_id", "attempt_id", "execution_key", "result", "files"}

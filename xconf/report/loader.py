@@ -21,21 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
 from xconf.report.errors import ReportError
+from xconf.schema import is_safe_id
 
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SEAL_SCHEMA = "xconf.seal.v1"
-SEAL_FILE = "COMPLETE"
-PAYLOAD_FILES = (
-    "requested.json",
-    "materialized.json",
-    "actual.json",
-    "identity.json",
-    "score_rollout.safetensors",
-    "score_training.safetensors",
-    "token_diffs.safetensors",
-    "comparison.json",
-)
 TOKEN_DIFF_KEYS = (
     "rollout_logprobs",
     "training_logprobs",
@@ -44,10 +33,6 @@ TOKEN_DIFF_KEYS = (
     "mismatch_mask",
     "threshold",
 )
-
-
-def is_safe_id(value: str) -> bool:
-    return bool(SAFE_ID.match(value)) and value not in (".", "..")
 
 
 @dataclass(frozen=True)
@@ -143,7 +128,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 def verify_seal(attempt_dir: Path, experiment_id: str, case_id: str) -> SealCheck:
     """Verify ``COMPLETE`` against the files actually present in ``attempt_dir``."""
     problems: list[str] = []
-    seal_path = attempt_dir / SEAL_FILE
+    seal_path = attempt_dir / SEAL_NAME
     try:
         mode = os.lstat(seal_path).st_mode
     except FileNotFoundError:
@@ -176,7 +161,7 @@ def verify_seal(attempt_dir: Path, experiment_id: str, case_id: str) -> SealChec
         return SealCheck(False, tuple(problems), execution_key, sealed_result)
     present: dict[str, int] = {}
     for entry in os.scandir(attempt_dir):
-        if entry.name != SEAL_FILE:
+        if entry.name != SEAL_NAME:
             present[entry.name] = entry.stat(follow_symlinks=False).st_mode
     for name in sorted(set(files) - set(present)):
         problems.append(f"sealed file {name} is missing")
