@@ -79,8 +79,9 @@ def load_decoder(path: Path) -> TokenDecoder | None:
             try:
                 tok = Tokenizer.from_file(str(path))
             except Exception:
-                return None
-            return lambda token_id: tok.decode([token_id], skip_special_tokens=False)
+                tok = None  # not loadable by the library: fall back to its vocabulary below
+            if tok is not None:
+                return lambda token_id: tok.decode([token_id], skip_special_tokens=False)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
