@@ -66,6 +66,13 @@ def planned_application(
     )
 
 
+def unsupported_application(
+    path: str, side: Side, requested: KnobValue, why: str
+) -> KnobApplication:
+    """A knob this runtime cannot honour: nothing is materialized, ``why`` is the evidence."""
+    return planned_application(path, side, requested, None, "unsupported", why)
+
+
 @dataclass(frozen=True)
 class SideBinding:
     """What the adapter will configure for one side, and the fingerprints the facade derived."""

@@ -14,6 +14,7 @@ from xconf.runtime.protocol import (
     RuntimeBinding,
     SideBinding,
     planned_application,
+    unsupported_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -30,26 +31,22 @@ def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
     if path in ("rollout.tensor_parallel_size", "rollout.context_parallel_size"):
         if value == 1:
             return planned_application(path, side, value, 1, "applied", "single in-process rank")
-        return planned_application(
+        return unsupported_application(
             path,
             side,
             value,
-            None,
-            "unsupported",
             "cpu-smoke runs one in-process rank; use the torchrun launcher "
             "with a distributed runtime",
         )
     if path == "training.sharding":
         if value == "unsharded":
             return planned_application(path, side, value, value, "applied", "one unsharded module")
-        return planned_application(
-            path, side, value, None, "unsupported", "cpu-smoke has no process group to shard over"
+        return unsupported_application(
+            path, side, value, "cpu-smoke has no process group to shard over"
         )
     if path == "training.attention_backend":
         if value == "flash_attention_2":
-            return planned_application(
-                path, side, value, None, "unsupported", "flash_attention_2 needs CUDA"
-            )
+            return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
         chosen = "sdpa" if value == "native" else value
         return planned_application(
             path, side, value, chosen, "applied", f"attention computed with {chosen}"

@@ -26,6 +26,7 @@ from xconf.runtime.protocol import (
     SideBinding,
     SideScore,
     planned_application,
+    unsupported_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -121,30 +122,18 @@ class VllmHfRuntime:
             cores = os.cpu_count() or 1
             world = _world_size()
             if any(h % int(value) for h in heads):
-                return planned_application(
-                    path,
-                    side,
-                    value,
-                    None,
-                    "unsupported",
-                    f"{heads} heads do not split over TP={value}",
+                return unsupported_application(
+                    path, side, value, f"{heads} heads do not split over TP={value}"
                 )
             if self.device == "cpu" and int(value) > cores:
-                return planned_application(
-                    path,
-                    side,
-                    value,
-                    None,
-                    "unsupported",
-                    f"TP={value} needs {value} cores, {cores} here",
+                return unsupported_application(
+                    path, side, value, f"TP={value} needs {value} cores, {cores} here"
                 )
             if world > 1 and int(value) not in (1, world):
-                return planned_application(
+                return unsupported_application(
                     path,
                     side,
                     value,
-                    None,
-                    "unsupported",
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
             return planned_application(
@@ -155,19 +144,12 @@ class VllmHfRuntime:
                 return planned_application(
                     path, side, value, 1, "applied", "no context parallelism"
                 )
-            return planned_application(
-                path,
-                side,
-                value,
-                None,
-                "unsupported",
-                f"vLLM on {self.device} has no context-parallel rollout here",
+            return unsupported_application(
+                path, side, value, f"vLLM on {self.device} has no context-parallel rollout here"
             )
         if path == "training.attention_backend":
             if value == "flash_attention_2" and self.device == "cpu":
-                return planned_application(
-                    path, side, value, None, "unsupported", "flash_attention_2 needs CUDA"
-                )
+                return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
             chosen = "sdpa" if value == "native" else value
             return planned_application(
                 path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}"
@@ -179,12 +161,10 @@ class VllmHfRuntime:
                 )
             world = dict(_process_group())["world_size"]
             if world < 2:
-                return planned_application(
+                return unsupported_application(
                     path,
                     side,
                     value,
-                    None,
-                    "unsupported",
                     "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
                 )
             return planned_application(

@@ -22,6 +22,7 @@ from xconf.runtime.protocol import (
     SideBinding,
     SideScore,
     planned_application,
+    unsupported_application,
 )
 from xconf.schema import Identity
 from xconf.semantic_registry import Side
@@ -84,7 +85,7 @@ class HfPairRuntime(VllmHfRuntime):
                 return planned_application(
                     path, side, value, value, "applied", f"fixed by the reference scorer: {why}"
                 )
-            return planned_application(path, side, value, None, "unsupported", why)
+            return unsupported_application(path, side, value, why)
         if path == "rollout.dtype":
             return planned_application(
                 path, side, value, value, "applied", "reference scorer compute dtype"
