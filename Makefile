@@ -6,6 +6,7 @@ STAMP := $(VENV)/.xconf-installed
 RT_STAMP := $(VENV)/.xconf-runtimes
 # Tiny models and tokenizers are built locally, deterministically, and cached here.
 export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
+export XCONF_KERNEL_CACHE ?= $(CURDIR)/.cache/xconf-kernels
 # Hydra's launcher conformance suites run in a session of their own, as Hydra's plugins do.
 CONFORMANCE := tests/launchers/test_torchrun_conformance.py
 

@@ -9,6 +9,8 @@ builds bit-identical columns; the outputs' bit digests are compared with TP=1.
     python bench/logprob.py                 # N=2048, V=151936, fp32; TP 1, 2, 4
     python bench/logprob.py --rows 64 --vocab 4096 --repeats 2   # quick smoke
 
+Variants run the default ``impl="auto"`` (the native kernel where it builds);
+``det_tp1_compiled`` is the same operator with every reduction through torch.compile.
 The last lines are ``<variant> time_ratio=<x> mem_ratio=<y>``, deterministic TP=1 first.
 """
 
@@ -82,6 +84,7 @@ def _timed(fn: Any, repeats: int) -> tuple[float, int, Any]:
 
 def _child_single(variant: str, rows: int, vocab: int, repeats: int) -> dict[str, Any]:
     from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
+    from xconf.ops.logprob.impls import resolve_impl
     from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 
     logits, target = _logits(rows, 0, vocab), _targets(rows, vocab)
@@ -95,7 +98,8 @@ def _child_single(variant: str, rows: int, vocab: int, repeats: int) -> dict[str
         seconds, peak, (out,) = _timed(run, repeats)
         read, _, _ = _timed(lambda: logits.sum(), 5)  # one read pass: the machine's pace
         return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(out), "read": read}
-    deterministic = variant == "det_tp1"
+    deterministic = variant.startswith("det_tp1")
+    impl = "compiled" if variant.endswith("_compiled") else "auto"
     scope = "cross_tp_bitwise" if deterministic else "fixed_topology"
     contract = LogprobContract(
         ShardingSpec.even(vocab, vocab), reduction=ReductionSpec(determinism_scope=scope)
@@ -103,12 +107,13 @@ def _child_single(variant: str, rows: int, vocab: int, repeats: int) -> dict[str
 
     def call(x: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> Any:
         return vocab_parallel_selected_logprob(
-            x, t, a, contract=contract, deterministic=deterministic
+            x, t, a, contract=contract, deterministic=deterministic, impl=impl
         )
 
     call(logits[:8], target[:8], active[:8])  # compiles the fixed-shape kernels
     seconds, peak, (logprob, lse) = _timed(lambda: call(logits, target, active), repeats)
-    return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(logprob, lse)}
+    label = resolve_impl(impl).label  # type: ignore[arg-type]
+    return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(logprob, lse), "impl": label}
 
 
 def _rank_main(
@@ -117,6 +122,7 @@ def _rank_main(
     import torch.distributed as dist
 
     from xconf.ops.logprob.contract import LogprobContract, ShardingSpec
+    from xconf.ops.logprob.impls import resolve_impl
     from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -140,7 +146,12 @@ def _rank_main(
         return call(logits, target, active)
 
     seconds, peak, (logprob, lse) = _timed(run, repeats)
-    record = {"seconds": seconds, "peak_bytes": peak, "digest": _digest(logprob, lse)}
+    record = {
+        "seconds": seconds,
+        "peak_bytes": peak,
+        "digest": _digest(logprob, lse),
+        "impl": resolve_impl("auto").label,
+    }
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
@@ -161,6 +172,7 @@ def _child_tp(world: int, rows: int, vocab: int, repeats: int) -> dict[str, Any]
         "seconds": max(r["seconds"] for r in records),
         "peak_bytes": max(r["peak_bytes"] for r in records),
         "digest": records[0]["digest"] if len(digests) == 1 else "ranks-disagree",
+        "impl": records[0]["impl"],
     }
 
 
@@ -183,7 +195,7 @@ def main() -> None:
     parser.add_argument("--child", default=None)
     args = parser.parse_args()
     if args.child is not None:
-        if args.child.startswith("det_tp") and args.child != "det_tp1":
+        if args.child.startswith("det_tp") and not args.child.startswith("det_tp1"):
             record = _child_tp(
                 int(args.child.removeprefix("det_tp")), args.rows, args.vocab, args.repeats
             )
@@ -192,6 +204,7 @@ def main() -> None:
         print(json.dumps(record))
         return
     variants = ["plain", "det_tp1", "fast_tp1"] + [f"det_tp{w}" for w in args.tp]
+    variants.append("det_tp1_compiled")
     results = {v: _run_child(v, args) for v in variants}
     plain = results["plain"]
     print(
@@ -201,11 +214,13 @@ def main() -> None:
     for name, r in results.items():
         same = (
             ""
-            if not name.startswith("det")
+            if not name.startswith("det") or name.endswith("_compiled")
             else f" bits_equal_tp1={r['digest'] == results['det_tp1']['digest']}"
         )
+        if "impl" in r:  # the build hash that ranks compare is left out here
+            same += " impl=" + ":".join(r["impl"].split(":")[:2])
         print(
-            f"  {name:9s} median={r['seconds'] * 1e3:9.1f} ms "
+            f"  {name:16s} median={r['seconds'] * 1e3:9.1f} ms "
             f"extra_peak={r['peak_bytes'] / 2**20:8.1f} MiB{same}"
         )
     for name in variants[1:]:

@@ -26,7 +26,8 @@ from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 
 ROWS = 13
 NUM_TILES = 8
-# (name, real vocab, padded vocab, bounds by TP size); every bound is a multiple of 32.
+# (name, real vocab, padded vocab, bounds by TP size); every bound is a multiple of the
+# tile width (padded / NUM_TILES): 32 columns, or 39 to cross the kernels' vector widths.
 VOCABS: tuple[tuple[str, int, int, dict[int, tuple[tuple[int, int], ...]]], ...] = (
     ("even_unpadded", 256, 256, {w: even_shard_bounds(256, w) for w in (1, 2, 4)}),
     (
@@ -39,8 +40,19 @@ VOCABS: tuple[tuple[str, int, int, dict[int, tuple[tuple[int, int], ...]]], ...]
             4: ((0, 32), (32, 128), (128, 160), (160, 256)),
         },
     ),
+    (
+        "odd_tile_padded",
+        300,
+        312,
+        {
+            1: ((0, 312),),
+            2: ((0, 117), (117, 312)),
+            4: ((0, 78), (78, 156), (156, 234), (234, 312)),
+        },
+    ),
 )
 DTYPES = (torch.float32, torch.bfloat16)
+IMPLS = ("native", "compiled", "eager")  # each keeps its own bits across TP sizes
 
 
 def free_port() -> int:
@@ -138,9 +150,13 @@ def score_all(rank: int, world: int, impl: str = "compiled") -> dict[str, Any]:
     return results
 
 
+def score_impls(rank: int, world: int, impls: tuple[str, ...]) -> dict[str, Any]:
+    return {impl: score_all(rank, world, impl) for impl in impls}
+
+
 def tp2_world(rank: int, world: int) -> dict[str, Any]:
-    """Bitwise scoring (both impls) plus every preflight failure, in one world of two."""
-    results = {"compiled": score_all(rank, world), "eager": score_all(rank, world, "eager")}
+    """Bitwise scoring (every impl) plus every preflight failure, in one world of two."""
+    results: dict[str, Any] = score_impls(rank, world, IMPLS)
     real, padded = 256, 256
     bounds = even_shard_bounds(padded, world)
     logits, target, active, _ = inputs(real, padded, torch.float32)

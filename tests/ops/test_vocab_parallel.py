@@ -184,7 +184,8 @@ def test_cuda_path_is_not_declared_yet() -> None:
     assert default_logprob_registry().capability("xconf.vocab_parallel_logp", "cuda") is None
 
 
-def test_batch_invariance_across_row_counts_and_offsets() -> None:
+@pytest.mark.parametrize("impl", ["native", "compiled"])
+def test_batch_invariance_across_row_counts_and_offsets(impl: str) -> None:
     # Wide-range logits and row counts around every SIMD width: a row's bits must not
     # depend on how many rows share its call or where it sits among them.
     gen = torch.Generator().manual_seed(3)
@@ -193,13 +194,13 @@ def test_batch_invariance_across_row_counts_and_offsets() -> None:
     target = torch.randint(0, 250, (rows,), generator=gen)
     active = torch.ones(rows, dtype=torch.bool)
     x = logits.clone().requires_grad_()
-    full, full_lse = _score(x, target, active)
+    full, full_lse = _score(x, target, active, impl=impl)
     full.sum().backward()
     assert x.grad is not None
     for start, size in ((0, 1), (3, 15), (7, 16), (20, 17), (40, 63), (50, 64), (60, 65)):
         part = slice(start, start + size)
         y = logits[part].clone().requires_grad_()
-        lp, lse = _score(y, target[part], active[part])
+        lp, lse = _score(y, target[part], active[part], impl=impl)
         lp.sum().backward()
         assert y.grad is not None
         assert torch.equal(_bits(lp), _bits(full[part])), (start, size)

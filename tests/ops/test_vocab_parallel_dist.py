@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from _logprob_workers import DTYPES, VOCABS, run_world, score_all
+from _logprob_workers import DTYPES, IMPLS, VOCABS, run_world, score_all, score_impls
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -22,7 +22,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 @pytest.fixture(scope="module")
 def tp1() -> dict[str, Any]:
     # In-process, with this process's own thread count: layout and threads both differ.
-    return {"compiled": score_all(0, 1), "eager": score_all(0, 1, "eager")}
+    return {impl: score_all(0, 1, impl) for impl in IMPLS}
 
 
 def _check_world(results: list[dict[str, Any]], tp1: dict[str, Any], world: int) -> None:
@@ -47,7 +47,7 @@ def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
     from _logprob_workers import tp2_world
 
     results = run_world(2, tp2_world, tmp_path)
-    for impl in ("compiled", "eager"):
+    for impl in IMPLS:
         _check_world([r[impl] for r in results], tp1[impl], 2)
     errors = [r["errors"] for r in results]
     assert [e["tiles"] for e in errors] == ["logprob.preflight.num_vocab_tiles_mismatch"] * 2
@@ -60,5 +60,6 @@ def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 def test_tp4_bitwise(tmp_path: Path, tp1: dict[str, Any]) -> None:
-    results = run_world(4, score_all, tmp_path)
-    _check_world(results, tp1["compiled"], 4)
+    results = run_world(4, score_impls, tmp_path, ("native", "compiled"))
+    for impl in ("native", "compiled"):
+        _check_world([r[impl] for r in results], tp1[impl], 4)

@@ -20,8 +20,8 @@ import torch
 
 from xconf.ops.logprob.errors import LogprobValidationError
 
-Impl = Literal["compiled", "eager"]
-IMPLS: tuple[Impl, ...] = ("compiled", "eager")
+KernelImpl = Literal["compiled", "eager"]
+KERNEL_IMPLS: tuple[KernelImpl, ...] = ("compiled", "eager")
 NEG_INF = float("-inf")
 # Compiled calls cover a multiple of this many rows (a multiple of every SIMD width);
 # it also keeps row counts of 0 and 1, which a compiler specializes, out of the kernels.
@@ -82,10 +82,13 @@ class Kernel:
     (the last one padded), so no full-size temporaries are ever allocated.
     """
 
-    def __init__(self, fn: Callable[..., object], key: tuple[object, ...], impl: Impl) -> None:
-        if impl not in IMPLS:
+    def __init__(
+        self, fn: Callable[..., object], key: tuple[object, ...], impl: KernelImpl
+    ) -> None:
+        if impl not in KERNEL_IMPLS:
             raise LogprobValidationError(
-                "logprob.call.invalid_impl", f"impl must be one of {list(IMPLS)}, got {impl!r}"
+                "logprob.call.invalid_impl",
+                f"impl must be one of {list(KERNEL_IMPLS)}, got {impl!r}",
             )
         self.fn, self.key, self.impl = fn, key, impl
         self.width = int(key[1])  # type: ignore[call-overload]
@@ -140,7 +143,7 @@ _LOCK = threading.Lock()
 _KERNELS: dict[tuple[object, ...], Kernel] = {}
 
 
-def _kernel(fn: Callable[..., object], key: tuple[object, ...], impl: Impl) -> Kernel:
+def _kernel(fn: Callable[..., object], key: tuple[object, ...], impl: KernelImpl) -> Kernel:
     with _LOCK:
         kernel = _KERNELS.get((*key, impl))
         if kernel is None:
@@ -186,17 +189,17 @@ def _padded(t: torch.Tensor, block: int, pad: float | bool) -> torch.Tensor:
     return out
 
 
-def partials_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Kernel:
+def partials_kernel(width: int, dtype: torch.dtype, impl: KernelImpl) -> Kernel:
     return _kernel(tile_partials, ("partials", width, dtype), impl)
 
 
-def merge_kernel(tiles: int, impl: Impl) -> Kernel:
+def merge_kernel(tiles: int, impl: KernelImpl) -> Kernel:
     return _kernel(merge_partials, ("merge", tiles, torch.float32), impl)
 
 
-def partial_merge_kernel(tiles: int, impl: Impl) -> Kernel:
+def partial_merge_kernel(tiles: int, impl: KernelImpl) -> Kernel:
     return _kernel(merge_to_partial, ("partial_merge", tiles, torch.float32), impl)
 
 
-def grad_kernel(width: int, dtype: torch.dtype, impl: Impl) -> Kernel:
+def grad_kernel(width: int, dtype: torch.dtype, impl: KernelImpl) -> Kernel:
     return _kernel(softmax_grad, ("grad", width, dtype), impl)

@@ -12,7 +12,7 @@ from xconf.ops.logprob.contract import (
     ShardingSpec,
     dtype_name,
 )
-from xconf.ops.logprob.kernels import Impl
+from xconf.ops.logprob.impls import Impl
 from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 
 
@@ -31,7 +31,7 @@ class VocabParallelSelectedLogprob:
         num_vocab_tiles: int | None = None,
         real_vocab_size: int | None = None,
         validate: bool = True,
-        impl: Impl = "compiled",
+        impl: Impl = "auto",
     ) -> None:
         self.deterministic = deterministic
         self.num_vocab_tiles = num_vocab_tiles
@@ -81,7 +81,7 @@ class VocabParallelSelectedLogprobFast(VocabParallelSelectedLogprob):
         *,
         real_vocab_size: int | None = None,
         validate: bool = True,
-        impl: Impl = "compiled",
+        impl: Impl = "auto",
     ) -> None:
         super().__init__(
             deterministic=False, real_vocab_size=real_vocab_size, validate=validate, impl=impl

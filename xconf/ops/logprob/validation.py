@@ -8,9 +8,9 @@ import torch
 import torch.distributed as dist
 
 from xconf.errors import XconfError
-from xconf.ops.logprob import kernels
 from xconf.ops.logprob.contract import LogprobContract, dtype_name
 from xconf.ops.logprob.errors import LogprobValidationError
+from xconf.ops.logprob.impls import IMPLS
 
 
 def fail(code: str, message: str, path: str) -> LogprobValidationError:
@@ -41,10 +41,8 @@ def local_checks(
             "deterministic=False cannot honour a cross_tp_bitwise contract",
             "reduction.determinism_scope",
         )
-    if impl not in kernels.IMPLS:
-        return fail(
-            "invalid_impl", f"impl must be one of {list(kernels.IMPLS)}, got {impl!r}", "impl"
-        )
+    if impl not in IMPLS:
+        return fail("invalid_impl", f"impl must be one of {list(IMPLS)}, got {impl!r}", "impl")
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
         return fail(
             "logits_shape", "local logits must be a 2-D floating tensor [N, local_vocab]", "logits"

@@ -11,6 +11,7 @@ for ``cross_tp_bitwise`` contracts.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,9 @@ from xconf.errors import XconfError
 from xconf.ops.logprob import kernels, preflight, validation
 from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
-from xconf.ops.logprob.kernels import NEG_INF, Impl
+from xconf.ops.logprob.errors import LogprobValidationError
+from xconf.ops.logprob.impls import Impl, ResolvedImpl, resolve_impl
+from xconf.ops.logprob.kernels import NEG_INF
 
 MAX_TILE_WIDTH = 4096
 
@@ -46,7 +49,7 @@ def default_num_vocab_tiles(padded_vocab_size: int) -> int:
 class _Plan:
     contract: LogprobContract
     deterministic: bool
-    impl: Impl
+    impl: ResolvedImpl
     num_tiles: int
     tile: int
     tiles_by_rank: tuple[int, ...]  # partials each rank contributes
@@ -83,7 +86,7 @@ def vocab_parallel_selected_logprob(
     deterministic: bool = True,
     validate: bool = True,
     backend_id: str = VOCAB_PARALLEL_ID,
-    impl: Impl = "compiled",
+    impl: Impl = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 ``(selected logprob [N], LSE [N])``, replicated on every rank of the TP group.
 
@@ -101,6 +104,12 @@ def vocab_parallel_selected_logprob(
         backend = normalize_logprob_backend_id(backend_id)
     except XconfError as exc:  # reported through the preflight like any local failure
         backend, error = str(backend_id), error or exc
+    resolved: ResolvedImpl | None = None
+    if error is None:
+        try:
+            resolved = resolve_impl(impl)
+        except LogprobValidationError as exc:
+            error = exc
     if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
         # Unconditional: validate=False must never let disagreeing ranks reach a collective.
         ok_tensors = error is None
@@ -109,7 +118,7 @@ def vocab_parallel_selected_logprob(
             backend_id=backend,
             num_vocab_tiles=tiles if isinstance(tiles, int) else -1,
             deterministic=deterministic,
-            impl=str(impl),
+            impl=resolved.label if resolved is not None else str(impl),
             target_ids=target_ids if ok_tensors else None,
             active_mask=active_mask if ok_tensors else None,
             rows=local_logits.shape[0] if ok_tensors else -1,
@@ -118,6 +127,8 @@ def vocab_parallel_selected_logprob(
         preflight.agree(digest, tp_group, s.tp_world_size, s.tp_rank, error)
     elif error is not None:
         raise error
+    if resolved is None:  # unreachable: every failure above raised
+        raise validation.fail("invalid_impl", f"impl {impl!r} did not resolve", "impl")
     target = target_ids.to(torch.int64)
     active = validation.resolve_active(target, active_mask, contract)
     if validate:
@@ -127,7 +138,7 @@ def vocab_parallel_selected_logprob(
         by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
     else:
         by_rank = (1,) * s.tp_world_size
-    plan = _Plan(contract, bool(deterministic), impl, tiles, tile, by_rank, tp_group)
+    plan = _Plan(contract, bool(deterministic), resolved, tiles, tile, by_rank, tp_group)
     logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
     if validate and bool((active & (lse == NEG_INF)).any()):
         raise validation.fail(
@@ -152,14 +163,19 @@ def vocab_parallel_selected_logprob_fast(
 def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf.
 
-    Deterministic: one partial per tile. Fast: the tiles merged locally into one partial
-    per shard, so the cross-rank merge (and its bits) follows the TP layout.
+    Deterministic: one partial per tile. Fast: one partial per shard, so the cross-rank
+    merge (and its bits) follows the TP layout; the native kernel reduces the shard's real
+    columns in one go, the torch kernels merge their tile partials locally.
     """
+    rows = x.shape[0]
+    native_kernel = plan.impl.kernel
+    if not plan.deterministic and native_kernel is not None:
+        m, sx = native_kernel.row_partials(x[:, : plan.valid_local])
+        return m.view(rows, 1), sx.view(rows, 1)
     m, sx = _tile_partials(x, plan)
     if plan.deterministic:
         return m, sx
-    rows = x.shape[0]
-    merge = kernels.partial_merge_kernel(m.shape[1], plan.impl)
+    merge = kernels.partial_merge_kernel(m.shape[1], plan.impl.torch_impl)
     big, total = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
     return big.view(rows, 1), total.view(rows, 1)
 
@@ -170,9 +186,13 @@ def _tile_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Te
     s = plan.contract.sharding
     lo, hi = s.local_bounds
     tile, count = plan.tile, (hi - lo) // plan.tile
-    kernel = kernels.partials_kernel(tile, x.dtype, plan.impl)
-    flat = x.view(rows * count, tile)
-    m, sx = kernel.run(rows * count, (flat,), (0.0,))
+    partials: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    if plan.impl.kernel is not None:
+        partials = plan.impl.kernel.row_partials
+    else:
+        kernel = kernels.partials_kernel(tile, x.dtype, plan.impl.torch_impl)
+        partials = functools.partial(_run_partials, kernel)
+    m, sx = partials(x.view(rows * count, tile))
     m, sx = m.view(rows, count), sx.view(rows, count)
     for t in range(count):
         start = lo + t * tile
@@ -183,8 +203,12 @@ def _tile_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Te
             continue
         scratch = x[:, t * tile : (t + 1) * tile].clone()  # same [rows, tile] kernel shape
         scratch[:, s.real_vocab_size - start :] = NEG_INF
-        pm, ps = kernel.run(rows, (scratch,), (0.0,))
-        m[:, t], sx[:, t] = pm, ps
+        m[:, t], sx[:, t] = partials(scratch)
+    return m, sx
+
+
+def _run_partials(kernel: kernels.Kernel, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    m, sx = kernel.run(t.shape[0], (t,), (0.0,))
     return m, sx
 
 
@@ -233,7 +257,7 @@ class _SelectedLogprob(torch.autograd.Function):
             starts = torch.tensor([b[0] for b in s.shard_bounds[1:]], dtype=torch.int64)
             owner = torch.bucketize(tgt, starts, right=True)
             z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
-        merge = kernels.merge_kernel(m.shape[1], plan.impl)
+        merge = kernels.merge_kernel(m.shape[1], plan.impl.torch_impl)
         (lse,) = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
         logprob = torch.where(active, z - lse, 0.0)
         ctx.save_for_backward(x, lse, col, owned, active)
@@ -255,7 +279,7 @@ class _SelectedLogprob(torch.autograd.Function):
         safe_lse = torch.where(keep, lse, 0.0)
         width = plan.tile
         per_row = local // width
-        kernel = kernels.grad_kernel(width, x.dtype, plan.impl)
+        kernel = kernels.grad_kernel(width, x.dtype, plan.impl.torch_impl)
         inputs = (
             x.view(rows * per_row, width),
             safe_lse.repeat_interleave(per_row),

@@ -1,0 +1,240 @@
+"""Build, cache, load and call the hand-written row-partials kernel (``native_partials.cpp``).
+
+The source is compiled once per machine with the system C++ compiler (``$CXX``, else
+``g++``, ``c++`` or ``clang++``) for the machine's own instruction set, into
+``$XCONF_KERNEL_CACHE`` (default ``~/.cache/xconf/kernels``) under a name derived from the
+source, the compiler, the flags and the target's ISA macros, so a changed source or a
+different CPU never reuses a stale library. Publication is a rename, so concurrent
+processes never load a half-written file. The library is loaded with ``ctypes``, whose
+calls release the GIL: rows are split across up to ``torch.get_num_threads()`` threads,
+and since every row is reduced alone the split never changes a bit.
+
+Two variants exist: ``best`` (AVX-512 when the CPU has it, else the portable code) and
+``portable`` (GCC/Clang vector extensions on any target), which tests build on AVX-512
+machines too so that both are checked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from xconf.ops.logprob.errors import LogprobValidationError
+
+Variant = Literal["best", "portable"]
+VARIANTS: tuple[Variant, ...] = ("best", "portable")
+SOURCE = Path(__file__).with_name("native_partials.cpp")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-std=c++17",
+    "-fPIC",
+    "-shared",
+    "-fno-math-errno",
+    # The source spells out every fused multiply-add it wants; nothing else may fuse.
+    "-ffp-contract=off",
+)
+DEFINES: dict[Variant, tuple[str, ...]] = {"best": (), "portable": ("-DXCONF_NATIVE_GENERIC",)}
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+# Below this many elements per thread, handing rows to another thread costs more than it saves.
+MIN_ELEMENTS_PER_THREAD = 1 << 18
+COMPILE_TIMEOUT_S = 300
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("XCONF_KERNEL_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "xconf" / "kernels"
+
+
+@dataclass(frozen=True)
+class NativeKernel:
+    """One loaded build of the kernel; ``isa`` is ``avx512`` or ``portable``."""
+
+    path: Path
+    isa: str
+    _fn: Any
+
+    @property
+    def label(self) -> str:
+        """What ranks compare before a collective: builds with other code give other bits."""
+        return f"native:{self.isa}:{self.path.stem}"
+
+    def row_partials(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 ``(max, sum exp(x - max))`` of every row of a 2-D CPU tensor.
+
+        The rows may be strided (a column slice of a wider tensor); each row's own
+        elements must be contiguous. A row whose max is -inf gives ``(-inf, 0)``.
+        """
+        code = DTYPE_CODES.get(x.dtype)
+        if code is None or x.dim() != 2 or x.device.type != "cpu":
+            raise LogprobValidationError(
+                "logprob.call.native_input",
+                f"the native kernel takes 2-D CPU float32/bfloat16/float16 rows, got "
+                f"{tuple(x.shape)} {x.dtype} on {x.device}",
+                "logits",
+            )
+        rows, width = x.shape
+        if width > 1 and x.stride(1) != 1:
+            x = x.contiguous()
+        m = torch.empty(rows, dtype=torch.float32)
+        s = torch.empty(rows, dtype=torch.float32)
+        if rows == 0:
+            return m, s
+        stride, size = x.stride(0), x.element_size()
+        by_size = rows * width // MIN_ELEMENTS_PER_THREAD
+        threads = max(1, min(torch.get_num_threads(), rows, by_size))
+        step = -(-rows // threads)
+        jobs = [
+            (
+                x.data_ptr() + start * stride * size,
+                code,
+                min(step, rows - start),
+                width,
+                stride,
+                m.data_ptr() + start * 4,
+                s.data_ptr() + start * 4,
+            )
+            for start in range(0, rows, step)
+        ]
+        if len(jobs) == 1:
+            self._fn(*jobs[0])
+        else:
+            futures = [_pool(len(jobs) - 1).submit(self._fn, *job) for job in jobs[1:]]
+            self._fn(*jobs[0])
+            for future in futures:
+                future.result()
+        return m, s
+
+
+class NativeKernelUnavailable(LogprobValidationError):
+    """The kernel cannot be built or loaded here; the message says why."""
+
+
+def kernel(variant: Variant = "best") -> NativeKernel:
+    """The loaded kernel, built on first use; raises :class:`NativeKernelUnavailable`."""
+    if variant not in VARIANTS:
+        raise NativeKernelUnavailable(
+            "logprob.call.native_variant", f"variant must be one of {list(VARIANTS)}", "variant"
+        )
+    result = _load(variant)
+    if isinstance(result, str):
+        raise NativeKernelUnavailable("logprob.call.native_unavailable", result, "impl")
+    return result
+
+
+def available(variant: Variant = "best") -> bool:
+    return not isinstance(_load(variant), str)
+
+
+@functools.cache
+def _load(variant: Variant) -> NativeKernel | str:
+    """The kernel, or the reason it cannot be had (remembered for the process)."""
+    compiler = _compiler()
+    if compiler is None:
+        return "no C++ compiler found ($CXX, g++, c++ or clang++)"
+    try:
+        key = _build_key(compiler, variant)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot query the compiler {compiler}: {exc}"
+    directory = cache_dir()
+    path = directory / f"row_partials_{key}.so"
+    if not path.exists():
+        reason = _compile(compiler, variant, directory, path)
+        if reason is not None:
+            return reason
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as exc:
+        return f"cannot load {path}: {exc}"
+    fn = library.xconf_row_partials
+    fn.restype = None
+    fn.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
+    library.xconf_partials_isa.restype = ctypes.c_int32
+    isa = "avx512" if library.xconf_partials_isa() == 512 else "portable"
+    return NativeKernel(path, isa, fn)
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        found = shutil.which(name) if name else None
+        if found:
+            return found
+    return None
+
+
+def _build_key(compiler: str, variant: Variant) -> str:
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [compiler, *args], capture_output=True, text=True, timeout=60, check=True
+        )
+        return done.stdout
+
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    for part in (compiler, run("--version"), " ".join(FLAGS + DEFINES[variant])):
+        digest.update(b"\0" + part.encode())
+    # The macros -march=native defines name the instruction sets the build will use.
+    macros = run("-march=native", "-dM", "-E", "-x", "c++", os.devnull)
+    digest.update(b"\0" + "\n".join(sorted(macros.splitlines())).encode())
+    return digest.hexdigest()[:20]
+
+
+def _compile(compiler: str, variant: Variant, directory: Path, path: Path) -> str | None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle, temp = tempfile.mkstemp(dir=directory, prefix=".build-", suffix=".so")
+        os.close(handle)
+    except OSError as exc:
+        return f"cannot write the kernel cache {directory}: {exc}"
+    command = [compiler, *FLAGS, *DEFINES[variant], str(SOURCE), "-o", temp]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        if done.returncode != 0:
+            return f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}"
+        os.replace(temp, path)  # atomic: a concurrent builder publishes identical bytes
+        return None
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{' '.join(command)} failed: {exc}"
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool of at least ``workers`` threads (a forked child gets its own)."""
+    global _POOL
+    with _POOL_LOCK:
+        current = _POOL
+        if current is None or current[0] != os.getpid() or current[1] < workers:
+            if current is not None and current[0] == os.getpid():
+                current[2].shutdown(wait=False)
+            current = (os.getpid(), workers, ThreadPoolExecutor(workers, "xconf-logprob"))
+            _POOL = current
+        return current[2]
