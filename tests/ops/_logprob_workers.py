@@ -154,9 +154,39 @@ def score_impls(rank: int, world: int, impls: tuple[str, ...]) -> dict[str, Any]
     return {impl: score_all(rank, world, impl) for impl in impls}
 
 
+def score_fast(rank: int, world: int, impl: str) -> dict[str, Any]:
+    """The ``deterministic=False`` path on every vocab, fp32, twice (layout-dependent bits)."""
+    results: dict[str, Any] = {}
+    for name, real, padded, bounds_by_world in VOCABS:
+        bounds = bounds_by_world[world]
+        lo, hi = bounds[rank]
+        logits, target, active, weights = inputs(real, padded, torch.float32)
+        contract = LogprobContract(
+            sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
+            reduction=ReductionSpec(determinism_scope="fixed_topology"),
+        )
+        for attempt in range(2):
+            local = logits[:, lo:hi].clone().requires_grad_()
+            logprob, lse = vocab_parallel_selected_logprob(
+                local,
+                target,
+                active,
+                contract=contract,
+                num_vocab_tiles=NUM_TILES,
+                deterministic=False,
+                impl=impl,  # type: ignore[arg-type]
+            )
+            loss = (logprob * weights[0]).sum() + (torch.where(active, lse, 0) * weights[1]).sum()
+            loss.backward()
+            assert local.grad is not None
+            results[f"{name}/{attempt}"] = (logprob.detach(), lse.detach(), local.grad.detach())
+    return results
+
+
 def tp2_world(rank: int, world: int) -> dict[str, Any]:
     """Bitwise scoring (every impl) plus every preflight failure, in one world of two."""
     results: dict[str, Any] = score_impls(rank, world, IMPLS)
+    results["fast"] = {impl: score_fast(rank, world, impl) for impl in IMPLS}
     real, padded = 256, 256
     bounds = even_shard_bounds(padded, world)
     logits, target, active, _ = inputs(real, padded, torch.float32)
