@@ -113,12 +113,38 @@ def inputs(real: int, padded: int, dtype: torch.dtype, seed: int = 0) -> tuple[t
     return logits, target, active, weights
 
 
-def contract_for(real: int, padded: int, bounds: Any, dtype: torch.dtype, rank: int) -> Any:
+def contract_for(
+    real: int,
+    padded: int,
+    bounds: Any,
+    dtype: torch.dtype,
+    rank: int,
+    scope: str = "cross_tp_bitwise",
+) -> Any:
     return LogprobContract(
         sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
         logits_dtype=str(dtype).removeprefix("torch."),  # type: ignore[arg-type]
-        reduction=ReductionSpec(determinism_scope="cross_tp_bitwise"),
+        reduction=ReductionSpec(determinism_scope=scope),  # type: ignore[arg-type]
     )
+
+
+def _score_with_grad(
+    local_logits: torch.Tensor,
+    target: torch.Tensor,
+    active: torch.Tensor,
+    weights: torch.Tensor,
+    contract: Any,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward outputs and the gradient of a weighted loss on both, for one local shard."""
+    local = local_logits.clone().requires_grad_()
+    logprob, lse = vocab_parallel_selected_logprob(
+        local, target, active, contract=contract, num_vocab_tiles=NUM_TILES, **kwargs
+    )
+    loss = (logprob * weights[0]).sum() + (torch.where(active, lse, 0) * weights[1]).sum()
+    loss.backward()
+    assert local.grad is not None
+    return logprob.detach(), lse.detach(), local.grad.detach()
 
 
 def score_all(rank: int, world: int, impl: str = "compiled") -> dict[str, Any]:
@@ -131,22 +157,9 @@ def score_all(rank: int, world: int, impl: str = "compiled") -> dict[str, Any]:
             logits, target, active, weights = inputs(real, padded, dtype)
             contract = contract_for(real, padded, bounds, dtype, rank)
             for attempt in range(2):
-                local = logits[:, lo:hi].clone().requires_grad_()
-                logprob, lse = vocab_parallel_selected_logprob(
-                    local,
-                    target,
-                    active,
-                    contract=contract,
-                    num_vocab_tiles=NUM_TILES,
-                    impl=impl,  # type: ignore[arg-type]
+                results[f"{name}/{dtype!s}/{attempt}"] = _score_with_grad(
+                    logits[:, lo:hi], target, active, weights, contract, impl=impl
                 )
-                loss = (logprob * weights[0]).sum() + (
-                    torch.where(active, lse, 0) * weights[1]
-                ).sum()
-                loss.backward()
-                assert local.grad is not None
-                key = f"{name}/{dtype!s}/{attempt}"
-                results[key] = (logprob.detach(), lse.detach(), local.grad.detach())
     return results
 
 
@@ -161,25 +174,11 @@ def score_fast(rank: int, world: int, impl: str) -> dict[str, Any]:
         bounds = bounds_by_world[world]
         lo, hi = bounds[rank]
         logits, target, active, weights = inputs(real, padded, torch.float32)
-        contract = LogprobContract(
-            sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
-            reduction=ReductionSpec(determinism_scope="fixed_topology"),
-        )
+        contract = contract_for(real, padded, bounds, torch.float32, rank, "fixed_topology")
         for attempt in range(2):
-            local = logits[:, lo:hi].clone().requires_grad_()
-            logprob, lse = vocab_parallel_selected_logprob(
-                local,
-                target,
-                active,
-                contract=contract,
-                num_vocab_tiles=NUM_TILES,
-                deterministic=False,
-                impl=impl,  # type: ignore[arg-type]
+            results[f"{name}/{attempt}"] = _score_with_grad(
+                logits[:, lo:hi], target, active, weights, contract, deterministic=False, impl=impl
             )
-            loss = (logprob * weights[0]).sum() + (torch.where(active, lse, 0) * weights[1]).sum()
-            loss.backward()
-            assert local.grad is not None
-            results[f"{name}/{attempt}"] = (logprob.detach(), lse.detach(), local.grad.detach())
     return results
 
 
