@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from xconf.artifacts.safe_io import write_file
 from xconf.launchers.errors import (
     CaseDisagreementError,
     LaunchError,
@@ -298,7 +299,7 @@ def launch_world(
         status="failed" if error else "completed",
         error=str(error) if error else None,
     )
-    (run_dir / "launch.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
+    write_file(run_dir / "launch.json", (json.dumps(asdict(record), indent=2) + "\n").encode())
     if error is not None:
         raise error
     return value, record

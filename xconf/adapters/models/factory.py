@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
+from xconf.artifacts.layout import UNBOUNDED
+from xconf.artifacts.layout import sha256_file as file_digest
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -89,11 +91,8 @@ def default_cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """A checkpoint file's digest through the one file digest (no size bound for weights)."""
+    return file_digest(path, limit=UNBOUNDED)
 
 
 def _hf_config(spec: ModelSpec, eos_token_id: int) -> Any:

@@ -10,7 +10,6 @@ to the checkpoint, keyed by the recipe and checkpoint digests, so later runs reu
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -24,6 +23,7 @@ from xconf.adapters.frozen import (
     build_identity,
 )
 from xconf.adapters.models import ModelRecord, ModelSpec, ensure_model
+from xconf.artifacts.safe_io import write_file
 from xconf.schema import Identity, canonical_digest
 
 RECIPE_KIND = "vllm_baseline_rollout"
@@ -105,15 +105,12 @@ def _load_cached(path: Path) -> FrozenBatch | None:
 
 
 def _store(path: Path, batch: FrozenBatch) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "prompt_ids": [list(s.prompt_ids) for s in batch.samples],
         "response_ids": [list(s.response_ids) for s in batch.samples],
         "pad_token_id": batch.pad_token_id,
     }
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)
+    write_file(path, json.dumps(doc).encode())
 
 
 def freeze(
