@@ -8,6 +8,7 @@ from typing import Any
 import hydra
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict
+from rich.text import Text
 
 from xconf.cli.exit_status import set_exit_code
 from xconf.cli.render import make_console, plan_table, print_reasons, verdict_table
@@ -65,7 +66,7 @@ def run_sweep(
         set_exit_code(EXIT_INVALID)
         return []
     for notice in notices:
-        console.print(f"[yellow]duplicate intervention reported:[/] {notice}")
+        console.print(Text.assemble(("duplicate intervention reported: ", "yellow"), notice))
     save_multirun()
     if cfg.mode == "plan":
         console.print(plan_table(prepared.execution))

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from xconf.execution_plan import ExecutionPlan
 from xconf.runner import CaseRecord, RunSummary
@@ -24,9 +25,14 @@ RESULT_STYLE = {
 
 
 def make_console() -> Console:
-    """A console wide enough for the verdict table when output is a pipe or a CI log."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=160)
+    """A console wide enough for the verdict table when output is a pipe or a CI log.
+
+    Markup is off: everything printed as a string (paths, ids, knob values, runtime error
+    messages, directory entries) is shown verbatim, so ``[/dev/nvidia0]`` or ``[link=...]``
+    can neither raise ``MarkupError`` nor vanish. Styles are applied with ``Text`` only.
+    """
+    probe = Console(markup=False)
+    return probe if probe.is_terminal else Console(width=160, markup=False)
 
 
 def _fmt(value: float | None) -> str:
@@ -36,28 +42,37 @@ def _fmt(value: float | None) -> str:
 def plan_table(execution: ExecutionPlan) -> Table:
     spec = execution.plan.spec
     table = Table(
-        title=f"plan {spec.experiment_id}: {len(execution.cases)} cases "
-        f"({spec.strategy}, scenario {spec.scenario.level})"
+        title=Text(
+            f"plan {spec.experiment_id}: {len(execution.cases)} cases "
+            f"({spec.strategy}, scenario {spec.scenario.level})"
+        )
     )
     for column in ("#", "case", "kind", "changed knob", "rollout logp", "training logp"):
         table.add_column(column)
     for row in (c.to_row() for c in execution.cases):
         changed = ", ".join(f"{k}={v}" for k, v in row["changed"].items()) or "baseline"
         table.add_row(
-            str(row["index"]),
-            row["case_id"],
-            row["kind"],
-            changed,
-            row["operators"]["rollout"],
-            row["operators"]["training"],
+            *(
+                Text(str(cell))
+                for cell in (
+                    row["index"],
+                    row["case_id"],
+                    row["kind"],
+                    changed,
+                    row["operators"]["rollout"],
+                    row["operators"]["training"],
+                )
+            )
         )
     return table
 
 
 def verdict_table(summary: RunSummary) -> Table:
     table = Table(
-        title=f"{summary.experiment_id}: {len(summary.records)} cases, "
-        f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        title=Text(
+            f"{summary.experiment_id}: {len(summary.records)} cases, "
+            f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        )
     )
     for column in (
         "case",
@@ -74,14 +89,14 @@ def verdict_table(summary: RunSummary) -> Table:
         style = RESULT_STYLE.get(r.result, "")
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
-            r.case_id,
-            r.label,
-            f"[{style}]{r.result}[/]",
-            str(r.active_tokens),
-            str(r.mismatches),
-            _fmt(r.max_abs_diff),
-            _fmt(r.p99_abs_diff),
-            attempt,
+            Text(r.case_id),
+            Text(r.label),
+            Text(r.result, style=style),
+            Text(str(r.active_tokens)),
+            Text(str(r.mismatches)),
+            Text(_fmt(r.max_abs_diff)),
+            Text(_fmt(r.p99_abs_diff)),
+            Text(attempt),
         )
     return table
 
@@ -89,7 +104,7 @@ def verdict_table(summary: RunSummary) -> Table:
 def print_reasons(console: Console, records: list[CaseRecord]) -> None:
     for r in records:
         if r.result not in ("pass", "fail") and r.reason:
-            console.print(f"[{RESULT_STYLE.get(r.result, '')}]{r.label}[/]: {r.reason}")
+            console.print(Text.assemble((r.label, RESULT_STYLE.get(r.result, "")), f": {r.reason}"))
 
 
 @contextmanager
@@ -100,7 +115,7 @@ def case_progress(console: Console, total: int) -> Iterator[Any]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # labels and results: verbatim
         console=console,
         transient=True,
     )

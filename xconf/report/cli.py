@@ -62,7 +62,7 @@ def main_report(argv: list[str]) -> int:
 
         from xconf.report.terminal import render_terminal_summary
 
-        render_terminal_summary(data, Console(stderr=True), target)
+        render_terminal_summary(data, Console(stderr=True, markup=False), target)
     return EXIT_OK
 
 
