@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from xconf.operator_capability import BackendCapability
-from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec, dtype_name
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+
+if TYPE_CHECKING:  # the catalog loads descriptors() while planning, which needs no torch
+    import torch
+
+    from xconf.ops.logprob.contract import LogprobContract
 
 REFERENCE_ID = "xconf.reference_logp"
 
@@ -16,6 +20,13 @@ class ReferenceSelectedLogprob:
 
     def contract_for(self, logits: torch.Tensor) -> LogprobContract:
         """The whole, unpadded vocabulary in one call, explicit mask, repeatable bits."""
+        from xconf.ops.logprob.contract import (
+            LogprobContract,
+            ReductionSpec,
+            ShardingSpec,
+            dtype_name,
+        )
+
         vocab = int(logits.shape[-1])
         return LogprobContract(
             sharding=ShardingSpec.even(vocab, vocab),
@@ -27,6 +38,8 @@ class ReferenceSelectedLogprob:
     def __call__(
         self, logits: torch.Tensor, target_ids: torch.Tensor, active_mask: torch.Tensor
     ) -> torch.Tensor:
+        import torch
+
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         selected = logprobs.gather(-1, target_ids.long().unsqueeze(-1)).squeeze(-1)
         return torch.where(active_mask.bool(), selected, torch.zeros_like(selected))
