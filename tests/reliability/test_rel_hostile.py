@@ -1,4 +1,4 @@
-"""Campaign 6, hostile files and odd text (#13 items 2-6, #12 item 10).
+"""Campaign 6, hostile files, verify's classification and text from the disk (#13.2-5, #12.10).
 
 Every reader opens only bounded regular files: a 1 KB COMPLETE of ``[``, a deeply nested
 plan.jsonl line, a FIFO in place of plan.jsonl or experiment.json and a 1 GB sparse
@@ -9,6 +9,7 @@ command runs in a child, measured (tests/reliability/hostile_child.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +21,18 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.relhelpers import REPO, RUN_FLAGS, child_env, cli, report, write_experiment
+from tests.reliability.relhelpers import (
+    REPO,
+    RUN_FLAGS,
+    child_env,
+    cli,
+    cli_output,
+    report,
+    write_experiment,
+)
+from xconf.artifacts.layout import PAYLOAD_FILES
+from xconf.artifacts.store import ExperimentStore
+from xconf.verify import EXIT_DAMAGED, EXIT_INCOMPLETE, EXIT_VALID, verify_run
 
 EXP = "rel-s0"
 LIMIT_S, LIMIT_MIB = 5.0, 200.0
@@ -124,3 +136,126 @@ def test_hostile_files_are_coded_damage_fast_and_small(
         f"most memory {worst['added_mib']} MiB above the imports",
         figures,
     )
+
+
+# -- verify: history is not damage, error is not a verdict (#12.10, #13.2) ------------------
+
+
+def _copy(source: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "v"
+    shutil.copytree(source, root, symlinks=True)
+    return root / EXP
+
+
+def _set_seal(attempt: Path, **fields: Any) -> None:
+    """Rewrite COMPLETE (it is not sealed itself) with new fields or recomputed digests."""
+    seal = json.loads((attempt / "COMPLETE").read_text())
+    seal.update(fields)
+    for name in seal["files"]:
+        seal["files"][name] = hashlib.sha256((attempt / name).read_bytes()).hexdigest()
+    (attempt / "COMPLETE").unlink()
+    (attempt / "COMPLETE").write_text(json.dumps(seal))
+
+
+def _later_copy(case: Path) -> Path:
+    """a-0002: a valid copy of a-0001 (what a resume publishes after a rescoring)."""
+    later = case / "a-0002"
+    shutil.copytree(case / "a-0001", later)
+    _set_seal(later, attempt_id="a-0002")
+    return later
+
+
+def _statuses(exp: Path) -> dict[tuple[str, str], str]:
+    return {(f.case_id, f.attempt_id): f.status for f in verify_run(exp).findings}
+
+
+def test_abandoned_partial_attempt_under_a_valid_later_one(
+    pristine: tuple[Path, Path], tmp_path: Path
+) -> None:
+    exp = _copy(pristine[1], tmp_path)
+    case = sorted((exp / "cases").iterdir())[0]
+    _later_copy(case)
+    shutil.rmtree(case / "a-0001")
+    (case / "a-0001").mkdir()  # what a SIGTERM before sealing leaves
+    assert _statuses(exp)[(case.name, "a-0001")] == "abandoned"
+    code, out = cli_output("verify", exp)
+    assert code == EXIT_VALID, out
+    assert "abandoned" in out
+
+
+def test_repaired_case_is_valid_with_a_note(pristine: tuple[Path, Path], tmp_path: Path) -> None:
+    exp = _copy(pristine[1], tmp_path)
+    case = sorted((exp / "cases").iterdir())[0]
+    _later_copy(case)
+    diffs = case / "a-0001" / "token_diffs.safetensors"
+    data = bytearray(diffs.read_bytes())
+    data[len(data) // 2] ^= 1
+    diffs.unlink()
+    diffs.write_bytes(bytes(data))
+    report_ = verify_run(exp)
+    finding = next(
+        f for f in report_.findings if f.attempt_id == "a-0001" and f.case_id == case.name
+    )
+    assert finding.status == "superseded"
+    assert "does not match its seal" in (finding.reason or "")
+    assert "superseded by valid a-0002" in (finding.reason or "")
+    assert report_.exit_code == EXIT_VALID
+    # the damaged attempt newest, the valid one older: the case's current state is damage
+    shutil.rmtree(case / "a-0002")
+    assert verify_run(exp).exit_code == EXIT_DAMAGED
+
+
+def test_a_case_with_only_error_attempts_is_incomplete(
+    pristine: tuple[Path, Path], tmp_path: Path
+) -> None:
+    exp = _copy(pristine[1], tmp_path)
+    case = sorted((exp / "cases").iterdir())[0]
+    shutil.rmtree(case / "a-0001")
+    documents = {name: {"case_id": case.name} for name in PAYLOAD_FILES if name.endswith(".json")}
+    documents["comparison.json"] = {"case_id": case.name, "result": "error", "reason": "boom"}
+    tensors: dict[str, dict[str, Any]] = {
+        name: {} for name in PAYLOAD_FILES if name.endswith(".safetensors")
+    }
+    ExperimentStore(exp.parent, EXP).publish_attempt(
+        case.name, "k" * 64, documents, tensors, "error"
+    )
+    report_ = verify_run(exp)
+    assert report_.exit_code == EXIT_INCOMPLETE
+    assert _statuses(exp)[(case.name, "-")] == "no_verdict"
+
+
+def test_forged_diagnostics_are_recomputed(pristine: tuple[Path, Path], tmp_path: Path) -> None:
+    exp = _copy(pristine[1], tmp_path)
+    attempt = next(
+        c / "a-0001"
+        for c in sorted((exp / "cases").iterdir())
+        if json.loads((c / "a-0001" / "comparison.json").read_text())["result"] == "fail"
+    )
+    comparison = json.loads((attempt / "comparison.json").read_text())
+    caught = {}
+    for key, forged in (
+        ("approx_kl", comparison["approx_kl"] * 0.5),
+        ("diff", {**comparison["diff"], "max": comparison["diff"]["max"] / 2}),
+        ("worst_token", {**comparison["worst_token"], "position": 0}),
+        ("drift_profile", comparison["drift_profile"][1:]),
+    ):
+        (attempt / "comparison.json").unlink()
+        (attempt / "comparison.json").write_text(json.dumps({**comparison, key: forged}))
+        _set_seal(attempt)
+        finding = next(f for f in verify_run(exp).findings if f.attempt_id == "a-0001")
+        assert finding.status == "damaged", key
+        assert f"diagnostic {key!r}" in (finding.reason or ""), finding
+        caught[key] = finding.reason
+    report("diagnostics", f"{len(caught)}/4 forged diagnostics caught by recomputation", caught)
+
+
+# -- markup: text from the disk is shown verbatim (#13.5) --------------------------------------
+
+
+def test_directory_entries_print_verbatim(pristine: tuple[Path, Path], tmp_path: Path) -> None:
+    exp = _copy(pristine[1], tmp_path)
+    (exp / "cases" / "[link=x]c-1").mkdir()
+    (exp / "cases" / "[b]c-2").mkdir()
+    code, out = cli_output("verify", exp)
+    assert code == EXIT_DAMAGED
+    assert "[link=x]c-1" in out and "[b]c-2" in out, out

@@ -72,12 +72,8 @@ UNBOUNDED = 1 << 62  # for files outside a run (model weights): the digest has n
 MAX_PLAN_LINE = 1 * MIB
 MAX_JSON_DEPTH = 64
 _DEFAULT_MAX = 32 * MIB
-_OPEN_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_OPEN_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def attempt_name(number: int) -> str:
@@ -99,7 +95,7 @@ def max_bytes(name: str) -> int:
 
 
 @contextmanager
-def open_regular(path: Path, limit: int | None = None) -> Iterator[int]:
+def open_regular(path: Path, limit: int | None = None, *, follow: bool = False) -> Iterator[int]:
     """A read descriptor on the regular file ``path``, bounded; coded errors otherwise.
 
     Raises ``FileNotFoundError`` when absent (callers decide what absence means), else
@@ -108,7 +104,7 @@ def open_regular(path: Path, limit: int | None = None) -> Iterator[int]:
     """
     limit = max_bytes(path.name) if limit is None else limit
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, _OPEN_FLAGS & ~_NOFOLLOW if follow else _OPEN_FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -154,9 +150,12 @@ def read_regular(path: Path, limit: int | None = None) -> bytes | None:
         raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from None
 
 
-def sha256_file(path: Path, limit: int | None = None) -> str:
-    """The SHA-256 of a bounded regular file, streamed (``hashlib.file_digest``)."""
-    with open_regular(path, limit) as fd, os.fdopen(os.dup(fd), "rb") as handle:
+def sha256_file(path: Path, limit: int | None = None, *, follow: bool = False) -> str:
+    """The SHA-256 of a bounded regular file, streamed (``hashlib.file_digest``).
+
+    ``follow`` only for files outside a run (a model snapshot may be a symlink farm).
+    """
+    with open_regular(path, limit, follow=follow) as fd, os.fdopen(os.dup(fd), "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 

@@ -23,8 +23,7 @@ from typing import Any, Literal
 
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
-from xconf.artifacts.layout import UNBOUNDED
-from xconf.artifacts.layout import sha256_file as file_digest
+from xconf.artifacts.layout import UNBOUNDED, sha256_file
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -88,11 +87,6 @@ def default_cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path("~/.cache/xconf/models").expanduser()
-
-
-def sha256_file(path: Path) -> str:
-    """A checkpoint file's digest through the one file digest (no size bound for weights)."""
-    return file_digest(path, limit=UNBOUNDED)
 
 
 def _hf_config(spec: ModelSpec, eos_token_id: int) -> Any:
@@ -168,7 +162,7 @@ def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
     (out_dir / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
     weights = _deterministic_state_dict(spec, cfg)
     save_file(weights, str(out_dir / WEIGHTS), metadata={"format": "pt"})
-    ckpt_sha = sha256_file(out_dir / WEIGHTS)
+    ckpt_sha = sha256_file(out_dir / WEIGHTS, limit=UNBOUNDED, follow=True)
     record = ModelRecord(
         path=str(out_dir),
         arch=spec.arch,
@@ -207,9 +201,9 @@ def _load_verified(model_dir: Path, spec: ModelSpec) -> ModelRecord | None:
     tok = model_dir / "tokenizer.json"
     if not weights.is_file() or not tok.is_file():
         return None
-    if sha256_file(weights) != record.checkpoint_sha256:
+    if sha256_file(weights, limit=UNBOUNDED, follow=True) != record.checkpoint_sha256:
         return None
-    if sha256_file(tok) != record.tokenizer_sha256:
+    if sha256_file(tok, limit=UNBOUNDED, follow=True) != record.tokenizer_sha256:
         return None
     return record
 
