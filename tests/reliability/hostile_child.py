@@ -29,12 +29,31 @@ def _status_kib(field: str) -> int:
 
 
 def _run(cli_main: Any, command: str, run_dir: Path, experiment: str) -> dict[str, Any]:
+    if command == "resume":  # what `xconf run` reads before scoring: plan, every attempt
+        return _measure(lambda: _resume_scan(run_dir))
     if command == "verify":
         args = ["verify", str(run_dir)]
     elif command == "report":
         args = ["report", str(run_dir), "--format", "json", "-o", str(run_dir.parent / "r.json")]
     else:  # plan: reads experiment.json and plan.jsonl of the output root before writing
         args = ["plan", experiment, "--output-root", str(run_dir.parent)]
+    return _measure(lambda: cli_main(args))
+
+
+def _resume_scan(run_dir: Path) -> int:
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.errors import XconfError
+
+    store = ExperimentStore(run_dir.parent, run_dir.name)
+    try:
+        store.planned_case_ids()
+    except XconfError:  # coded, as `xconf run` reports it (exit 2)
+        return 2
+    valid = [store.verify_attempt(p).valid for c in store.case_ids() for p in store.attempts(c)]
+    return 0 if all(valid) else 1
+
+
+def _measure(command: Any) -> dict[str, Any]:
     with contextlib.suppress(OSError):  # reset VmHWM to the current RSS (Linux >= 4.0)
         Path("/proc/self/clear_refs").write_text("5")
     before = _status_kib("VmRSS")
@@ -43,7 +62,7 @@ def _run(cli_main: Any, command: str, run_dir: Path, experiment: str) -> dict[st
     started = time.monotonic()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         try:
-            code = cli_main(args)
+            code = command()
         except SystemExit as exc:
             code = int(exc.code or 0)
         except BaseException as exc:  # what the campaign looks for: nothing may escape

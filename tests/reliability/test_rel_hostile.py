@@ -85,8 +85,10 @@ EXPECTED = {
     "verify": {"FIFO experiment.json": 2, "nested plan.jsonl line": 0, "FIFO plan.jsonl": 1},
     "report": {"FIFO experiment.json": 2},
     "plan": {"FIFO experiment.json": 2, "FIFO plan.jsonl": 2},
+    # the store's scan before a run scores: a damaged attempt is simply not reusable (1)
+    "resume": {"nested plan.jsonl line": 0, "FIFO experiment.json": 0, "FIFO plan.jsonl": 2},
 }
-DEFAULT = {"verify": 1, "report": 0, "plan": 0}
+DEFAULT = {"verify": 1, "report": 0, "plan": 0, "resume": 1}
 
 
 def _children(jobs: list[list[str]]) -> list[dict[str, Any]]:
@@ -112,7 +114,7 @@ def test_hostile_files_are_coded_damage_fast_and_small(
         root = tmp_path / f"h{index}"
         shutil.copytree(source, root, symlinks=True)
         plant(root / EXP)
-        for command in ("verify", "report", "plan"):
+        for command in ("verify", "report", "plan", "resume"):
             if command == "plan" and "experiment.json" not in name and "plan.jsonl" not in name:
                 continue  # plan reads only the header and the plan
             jobs.append([name, command, str(root / EXP), str(experiment)])
