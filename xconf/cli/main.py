@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    from xconf.cli import judge, make_checkpoint
+
+    make_checkpoint.add_parser(sub)
+    judge.add_parser(sub)
     return parser
 
 
@@ -109,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
             from xconf.verify import main_verify
 
             return main_verify(args.run_dir, console)
+        if args.command in ("make-checkpoint", "judge"):
+            from xconf.cli import judge, make_checkpoint
+
+            module = make_checkpoint if args.command == "make-checkpoint" else judge
+            return module.run(args, console)
         return _run(args, console)
     except XconfError as error:
         report_error(error)
