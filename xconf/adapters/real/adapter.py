@@ -241,7 +241,13 @@ class VllmHfRuntime:
         """Everything checkable before a run writes anything: recipe keys, dataset rows."""
         from xconf.adapters.real.identity import check_recipe
 
-        check_recipe(identity, self.model_options, self.model_cache, self._local_record)
+        check_recipe(
+            identity,
+            self.model_options,
+            self.model_cache,
+            self._local_record,
+            int(self.engine_options["max_model_len"]),
+        )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
         from xconf.adapters.models import verify_unchanged

@@ -36,10 +36,6 @@ from xconf.schema import Identity, canonical_digest
 if TYPE_CHECKING:
     from xconf.adapters.real.model_options import ModelOptions
 
-# Before a run the engine's max_model_len is not known to the recipe check; the freeze
-# (which knows it) checks prompt lengths again.
-_MAX_MODEL_LEN_UNCHECKED = 1 << 30
-
 RECIPE_KIND = "vllm_baseline_rollout"
 _RECIPE_KEYS = frozenset(
     {"kind", "model", "prompts", "response_len", "seed", "temperature", "dtype", "dataset"}
@@ -136,6 +132,7 @@ def check_recipe(
     model: ModelOptions,
     cache_dir: str | None,
     local_record: ModelRecord | None,
+    max_model_len: int,
 ) -> None:
     """Parse the recipe and every dataset row now, before a run writes anything."""
     recipe = parse_recipe(identity)
@@ -144,7 +141,7 @@ def check_recipe(
         return
     record = local_record or model.record(recipe.get("model") or {}, cache_dir)
     tok = load_tokenizer(_tokenizer_dir(record), model.trust_remote_code)
-    load_prompt_ids(dataset, tok, record.vocab_size, _MAX_MODEL_LEN_UNCHECKED)
+    load_prompt_ids(dataset, tok, record.vocab_size, max_model_len)
 
 
 def _load_cached(path: Path) -> FrozenBatch | None:
