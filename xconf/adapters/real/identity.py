@@ -184,7 +184,12 @@ def freeze(
         FrozenBatch.from_identity(identity)  # validates the layout the scorers need
         return identity, record
     if record.local:
-        recipe = {**recipe, "model": {"checkpoint": "local"}}  # the tiny-model spec does not apply
+        # The tiny-model spec does not apply; where the tokenizer is lets the report show text.
+        recipe = {
+            **recipe,
+            "model": {"checkpoint": "local"},
+            "tokenizer_path": record.tokenizer_path or record.path,
+        }
     cache = _cache_file(record, recipe, cache_dir)
     batch = _load_cached(cache)
     if batch is None:
