@@ -39,7 +39,7 @@ def _spec(experiment: str, runtime: str, overrides: list[str]) -> Any:
 def _run(experiment: str, runtime: str, overrides: list[str], out: Path, knob: Intervention):
     from omegaconf import OmegaConf
 
-    from xconf.cli.session import instantiate_runtime, prepare, run_prepared
+    from xconf.session import instantiate_runtime, prepare, run_prepared
 
     spec, cfg = _spec(experiment, runtime, overrides)
     spec = replace(spec, interventions=(knob,))

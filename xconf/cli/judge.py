@@ -55,10 +55,10 @@ def _named(args: argparse.Namespace) -> list[tuple[str, Path]]:
 def run(args: argparse.Namespace, console: Any) -> int:
     from xconf.artifacts.store import ExperimentStore
     from xconf.cli.render import print_reasons, verdict_table
-    from xconf.cli.session import exit_code
     from xconf.judge.dumps import Keys, load_dump
     from xconf.judge.seal import judge_cases, resolve_dtypes
     from xconf.report.writer import report_after_run
+    from xconf.session import exit_code
 
     keys = Keys(rollout=args.rollout_key, training=args.training_key, mask=args.mask_key)
     # Every file is read and checked before anything is written.

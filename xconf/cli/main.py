@@ -6,24 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
-from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
-from xconf.cli.session import (
-    EXIT_INVALID,
-    EXIT_OK,
-    exit_code,
-    instantiate_runtime,
-    prepare,
-    publish_plan,
-    report_error,
-    run_prepared,
-    runtime_config,
-)
-from xconf.config.strict import load_experiment_file
-from xconf.errors import XconfError
-from xconf.report.writer import report_after_run
-from xconf.runtime.deadline import check_case_timeout
+from xconf import session
+from xconf.cli.render import ConsoleView
+from xconf.session import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
     from xconf.cli import judge, make_checkpoint
 
     make_checkpoint.add_parser(sub)
@@ -63,39 +48,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace, console: Console) -> int:
+def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.config.strict import load_experiment_file
+
     spec = load_experiment_file(args.file)
-    prepared = prepare(
-        spec, output_root=args.output_root, allow_smoke_operators=True, device=spec.scenario.device
-    )
-    publish_plan(prepared)
-    console.print(plan_table(prepared.execution))
-    console.print(f"wrote {prepared.store.path / 'plan.jsonl'}")
-    return EXIT_OK
+    return session.plan(spec, output_root=args.output_root, view=view)
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.config.strict import load_experiment_file
+    from xconf.runtime.deadline import check_case_timeout
+
     spec = load_experiment_file(args.file)
     check_case_timeout(args.case_timeout)
-    adapter = instantiate_runtime(runtime_config(args.runtime))
-    prepared = prepare(
+    return session.run(
         spec,
+        session.runtime_config(args.runtime),
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
-        device=adapter.device,
+        resume=not args.no_resume,
+        case_timeout_s=args.case_timeout,
+        view=view,
     )
-    with case_progress(console, len(prepared.execution.cases)) as on_case:
-        summary = run_prepared(
-            prepared,
-            adapter,
-            resume=not args.no_resume,
-            on_case=on_case,
-            case_timeout_s=args.case_timeout,
-        )
-    console.print(verdict_table(summary))
-    print_reasons(console, summary.records)
-    report_after_run(summary.experiment_dir, console)
-    return exit_code(summary.records)
+
+
+def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.verify import main_verify
+
+    return Outcome(main_verify(args.run_dir, view.console))
+
+
+def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import judge
+
+    return Outcome(judge.run(args, view.console))
+
+
+def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import make_checkpoint
+
+    return Outcome(make_checkpoint.run(args, view.console))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,23 +97,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     args = _parser().parse_args(argv)
-    console = make_console()
-    try:
-        if args.command == "plan":
-            return _plan(args, console)
-        if args.command == "verify":
-            from xconf.verify import main_verify
-
-            return main_verify(args.run_dir, console)
-        if args.command in ("make-checkpoint", "judge"):
-            from xconf.cli import judge, make_checkpoint
-
-            module = make_checkpoint if args.command == "make-checkpoint" else judge
-            return module.run(args, console)
-        return _run(args, console)
-    except XconfError as error:
-        report_error(error)
-        return EXIT_INVALID
+    step = {
+        "plan": _plan,
+        "run": _run,
+        "verify": _verify,
+        "judge": _judge,
+        "make-checkpoint": _make_checkpoint,
+    }[args.command]
+    view = ConsoleView()
+    return session.guarded(lambda: step(args, view)).exit_code
 
 
 if __name__ == "__main__":
