@@ -128,3 +128,14 @@ def test_bad_checkpoint_on_the_command_line_exits_2_and_writes_nothing(
         # Hydra's own run directory (cwd/outputs/<date>) is Hydra's; xconf writes nothing.
         assert snapshot(tmp_path / "out") | snapshot(checkpoints["qwen3"]) == before
         assert not (tmp_path / "out").exists()
+
+
+def test_unknown_runtime_option_is_coded_not_a_traceback() -> None:
+    from xconf.adapters.real.adapter import VllmHfRuntime
+    from xconf.adapters.real.hf_pair import HfPairRuntime
+
+    for cls in (VllmHfRuntime, HfPairRuntime):
+        with pytest.raises(ConfigError) as err:
+            cls(model_path="/somewhere")
+        assert (err.value.code, err.value.path) == ("config.unknown_key", "runtime.model_path")
+        assert "runtime.model.path" in err.value.message

@@ -68,9 +68,11 @@ class VllmHfRuntime:
         in_process: bool = True,
         tokenizer: Mapping[str, Any] | None = None,
         trust_remote_code: bool = False,
+        **unknown: Any,
     ) -> None:
-        from xconf.adapters.real.model_options import parse_model_options
+        from xconf.adapters.real.model_options import parse_model_options, reject_unknown
 
+        reject_unknown(unknown)  # e.g. +runtime.model_path=...: a coded error, not a TypeError
         self.device = device
         self.model_options = parse_model_options(model, tokenizer, trust_remote_code)
         self.model_cache = model_cache

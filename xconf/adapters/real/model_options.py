@@ -101,3 +101,12 @@ def parse_model_options(model: Any, tokenizer: Any, trust_remote_code: Any) -> M
             "config.wrong_type", "expected true or false", "runtime.trust_remote_code"
         )
     return ModelOptions(path, spec, tok_path, trust_remote_code)
+
+
+def reject_unknown(options: Mapping[str, Any]) -> None:
+    """Runtime options the real runtimes do not have (``+runtime.model_path=...``)."""
+    for key in sorted(options):
+        hint = " (a checkpoint directory is runtime.model.path)" if "path" in key else ""
+        raise ConfigError(
+            "config.unknown_key", f"unknown runtime option '{key}'{hint}", f"runtime.{key}"
+        )
