@@ -126,6 +126,9 @@ def run_prepared(
             f"{scenario_device}; plan it with mode=plan or choose a {scenario_device} runtime",
             "scenario.device",
         )
+    check_inputs = getattr(adapter, "check_inputs", None)
+    if check_inputs is not None:  # the runtime's own input files (datasets): before any write
+        check_inputs(prepared.execution.plan.spec.identity)
     publish_plan(prepared)
     runner = PairedRunner(
         prepared.execution,

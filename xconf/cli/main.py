@@ -40,7 +40,11 @@ def _parser() -> argparse.ArgumentParser:
         "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
+    from xconf.cli import judge, make_checkpoint
+
+    make_checkpoint.add_parser(sub)
+    judge.add_parser(sub)
     return parser
 
 
@@ -74,6 +78,18 @@ def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     return Outcome(main_verify(args.run_dir, view.console))
 
 
+def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import judge
+
+    return Outcome(judge.run(args, view.console))
+
+
+def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import make_checkpoint
+
+    return Outcome(make_checkpoint.run(args, view.console))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
@@ -81,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     args = _parser().parse_args(argv)
-    step = {"plan": _plan, "run": _run, "verify": _verify}[args.command]
+    step = {
+        "plan": _plan,
+        "run": _run,
+        "verify": _verify,
+        "judge": _judge,
+        "make-checkpoint": _make_checkpoint,
+    }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code
 
