@@ -10,10 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load_file, save
+from typing import TYPE_CHECKING, Any
 
 from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
 from xconf.artifacts.safe_io import (
@@ -26,6 +23,9 @@ from xconf.artifacts.safe_io import (
     sha256_file,
 )
 from xconf.errors import ArtifactError
+
+if TYPE_CHECKING:  # torch only where tensors are written or read: planning needs none
+    import torch
 
 NON_REUSABLE_RESULTS = frozenset({"error"})
 SEAL_KEYS = frozenset(
@@ -139,6 +139,8 @@ class ExperimentStore:
         result: str,
     ) -> PublishedAttempt:
         """Allocate an attempt, publish every payload, then seal it with COMPLETE, last."""
+        from safetensors.torch import save
+
         names = set(documents) | set(tensors)
         if names != set(PAYLOAD_FILES):
             missing = sorted(set(PAYLOAD_FILES) - names)
@@ -254,4 +256,6 @@ def read_json(path: Path) -> Any:
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """safetensors only: no pickle is ever loaded from an artifact."""
+    from safetensors.torch import load_file
+
     return load_file(str(path))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from xconf import session
-from xconf.cli.render import ConsoleView
-from xconf.session import Outcome
+# Only argparse at module level: `xconf --help` answers before any of xconf's core is loaded.
+if TYPE_CHECKING:
+    from xconf.cli.render import ConsoleView
+    from xconf.session import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
 
     spec = load_experiment_file(args.file)
@@ -52,6 +55,7 @@ def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
     from xconf.runtime.deadline import check_case_timeout
 
@@ -69,6 +73,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.session import Outcome
     from xconf.verify import main_verify
 
     return Outcome(main_verify(args.run_dir, view.console))
@@ -81,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     args = _parser().parse_args(argv)
+    from xconf import session
+    from xconf.cli.render import ConsoleView
+
     step = {"plan": _plan, "run": _run, "verify": _verify}[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+
+if TYPE_CHECKING:  # the catalog loads descriptors() while planning, which needs no torch
+    import torch
 
 ALL_DEVICES = frozenset({"cpu", "cuda"})
 
@@ -15,6 +18,8 @@ class ReferenceSelectedLogprob:
     def __call__(
         self, logits: torch.Tensor, target_ids: torch.Tensor, active_mask: torch.Tensor
     ) -> torch.Tensor:
+        import torch
+
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         selected = logprobs.gather(-1, target_ids.long().unsqueeze(-1)).squeeze(-1)
         return torch.where(active_mask.bool(), selected, torch.zeros_like(selected))

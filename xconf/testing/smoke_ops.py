@@ -6,10 +6,13 @@ authorization (``--allow-smoke-operators`` / ``allow_smoke_operators=true``).
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from xconf.ops.reference import ReferenceSelectedLogprob
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
+
+if TYPE_CHECKING:  # registered while planning, which needs no torch
+    import torch
 
 # Larger than every contract threshold, so an offset case must fail whatever the dtypes.
 DEFAULT_OFFSET = 0.25
@@ -28,6 +31,8 @@ class OffsetSelectedLogprob:
     def __call__(
         self, logits: torch.Tensor, target_ids: torch.Tensor, active_mask: torch.Tensor
     ) -> torch.Tensor:
+        import torch
+
         selected = self._reference(logits, target_ids, active_mask)
         return torch.where(active_mask.bool(), selected + self._offset, selected)
 

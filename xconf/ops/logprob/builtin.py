@@ -11,9 +11,8 @@ from xconf.ops.logprob.contract import (
     MaskMode,
     Role,
 )
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 
-VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
-VOCAB_PARALLEL_FAST_ID = "xconf.vocab_parallel_logp_fast"
 REFERENCE_ID = "xconf.reference_logp"
 
 _ALL_ROLES: frozenset[Role] = frozenset(ROLES)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+
+# The backend ids live here, not in builtin.py: the catalog loads this module while planning,
+# and nothing on that path may import torch (builtin.py pulls in the torch-typed contract).
+VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
+VOCAB_PARALLEL_FAST_ID = "xconf.vocab_parallel_logp_fast"
 
 VERSION = "1"
 # Bumped whenever the kernels' reduction structure changes (tile merge, block shapes).
