@@ -191,9 +191,22 @@ class OutcomeReceiver(Protocol):
 
 
 def guarded(step: Callable[[], Outcome]) -> Outcome:
-    """Run one front-end step; invalid input becomes a printed coded error and exit 2."""
+    """Run one front-end step: invalid input becomes a printed coded error and exit 2; a
+    SIGINT/SIGTERM stops it, ends every process it started and exits 130/143, recording no
+    verdict for the case in flight (the same command resumes)."""
+    from xconf.interrupts import Interrupted, end_descendants, stop_on_signals
+
     try:
-        return step()
+        with stop_on_signals():
+            return step()
+    except Interrupted as stop:
+        ended = end_descendants()
+        print(
+            f"xconf: {stop}; stopped (the case in flight has no verdict, {ended} child "
+            "process(es) ended); run the same command again to resume",
+            file=sys.stderr,
+        )
+        return Outcome(stop.exit_code)
     except XconfError as exc:
         report_error(exc)
         return Outcome(EXIT_INVALID, error=exc)
