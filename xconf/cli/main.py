@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from xconf import session
-from xconf.cli.render import ConsoleView
-from xconf.session import Outcome
+# Only argparse at module level: `xconf --help` answers before any of xconf's core is loaded.
+if TYPE_CHECKING:
+    from xconf.cli.render import ConsoleView
+    from xconf.session import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
 
     spec = load_experiment_file(args.file)
@@ -56,6 +59,7 @@ def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
     from xconf.runtime.deadline import check_case_timeout
 
@@ -73,6 +77,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.session import Outcome
     from xconf.verify import main_verify
 
     return Outcome(main_verify(args.run_dir, view.console))
@@ -97,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     args = _parser().parse_args(argv)
+    from xconf import session
+    from xconf.cli.render import ConsoleView
+
     step = {
         "plan": _plan,
         "run": _run,
