@@ -9,7 +9,6 @@ descriptor's ``factory`` is a ``"module:attr"`` import string resolved lazily.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -269,7 +268,16 @@ class OperatorSession:
                 options = dict(binding.options)
                 if descriptor.factory_takes_side:
                     options["side"] = binding.side
-                implementation = load_object(descriptor.factory)(**options)
+                try:
+                    factory = load_object(descriptor.factory)
+                except ImportError as exc:
+                    raise OperatorResolutionError(
+                        "operator.factory_unavailable",
+                        f"backend '{binding.backend_id}': cannot import its factory "
+                        f"'{descriptor.factory}': {str(exc).splitlines()[0]}",
+                        path,
+                    ) from exc
+                implementation = factory(**options)
                 instance = DispatchedOperator(implementation, descriptor, binding.side)
             self._instances[key] = instance
         self._provenance.append({**binding.to_dict(), "version": descriptor.version})
@@ -281,10 +289,6 @@ class OperatorSession:
 
 def load_object(import_path: str) -> Any:
     """Resolve ``"package.module:attr"`` (or ``package.module.attr``) to an object."""
-    module_name, sep, attr = import_path.partition(":")
-    if not sep:
-        module_name, _, attr = import_path.rpartition(".")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
+    from hydra.utils import get_object
+
+    return get_object(import_path.replace(":", "."))

@@ -182,6 +182,16 @@ def test_composition_errors_exit_2_and_write_nothing(xconf_run_inprocess, tmp_pa
     assert not (tmp_path / "outputs").exists()
 
 
+def test_unknown_runtime_option_exits_2_naming_the_key(xconf_run_inprocess, tmp_path) -> None:
+    out_root = tmp_path / "out"
+    code, _, err = xconf_run_inprocess(
+        "+experiment=cpu_smoke", "+runtime.model_path=x", f"output_root={out_root}"
+    )
+    assert code == 2, err
+    assert "[runtime.unknown_option] at 'runtime.model_path'" in err
+    assert not out_root.exists()
+
+
 @pytest.mark.slow
 def test_a_fresh_process_scores_bitwise_like_the_json_run(runs, first_run) -> None:
     """Same identity, scenario and knobs: same case ids and the same bytes, across processes."""

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
 from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment
 from xconf.runner import CaseRecord, PairedRunner, RunSummary
+from xconf.runtime.loading import instantiate_runtime as instantiate_runtime
+from xconf.runtime.loading import load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
-from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog, load_object
+from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
 
 Mode = Literal["plan", "run"]
 EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
@@ -30,23 +33,9 @@ def conf_dir() -> Path:
     raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
 
 
-def runtime_config(name: str) -> dict[str, Any]:
-    """``conf/runtime/<name>.yaml`` as a plain dict (``cpu-smoke`` and ``cpu_smoke`` both work)."""
-    file = conf_dir() / "runtime" / f"{name.replace('-', '_')}.yaml"
-    if not file.is_file():
-        available = sorted(p.stem for p in (conf_dir() / "runtime").glob("*.yaml"))
-        raise ConfigError(
-            "config.unknown_runtime",
-            f"unknown runtime '{name}'; available: {', '.join(available)}",
-            "runtime",
-        )
-    return OmegaConf.to_container(OmegaConf.load(file), resolve=True)  # type: ignore[return-value]
-
-
-def instantiate_runtime(config: dict[str, Any]) -> Any:
-    """Build the adapter named by ``_target_``: the core never imports an adapter module."""
-    options = {k: v for k, v in config.items() if k not in ("_target_", "name")}
-    return load_object(str(config["_target_"]))(**options)
+def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
+    return load_runtime_config(conf_dir(), name, overrides)
 
 
 def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:
