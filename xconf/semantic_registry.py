@@ -8,14 +8,13 @@ descriptor's ``factory`` is a ``"module:attr"`` import string resolved lazily.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, Literal
 
+from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError
 from xconf.operator_capability import ROLES, BackendCapability, Role
 
@@ -107,8 +106,7 @@ class OperatorDescriptor:
             "is_smoke_only": self.is_smoke_only,
             "factory_takes_side": self.factory_takes_side,
         }
-        blob = json.dumps(record, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return canonical_digest(record)
 
 
 class SemanticOperatorCatalog:

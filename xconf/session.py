@@ -23,8 +23,7 @@ from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment
 from xconf.runner import CaseRecord, PairedRunner, RunSummary
-from xconf.runtime.loading import instantiate_runtime as instantiate_runtime
-from xconf.runtime.loading import load_runtime_config
+from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
 from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
+from xconf.canonical import canonical_digest
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -58,8 +59,7 @@ class ModelSpec:
             "tokenizer": TOKENIZER_RECIPE_VERSION,
             "spec": asdict(self),
         }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(payload)
 
 
 @dataclass(frozen=True)

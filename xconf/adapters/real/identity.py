@@ -24,7 +24,8 @@ from xconf.adapters.frozen import (
     build_identity,
 )
 from xconf.adapters.models import ModelRecord, ModelSpec, ensure_model
-from xconf.schema import Identity, canonical_digest
+from xconf.canonical import canonical_digest
+from xconf.schema import Identity
 
 RECIPE_KIND = "vllm_baseline_rollout"
 _RECIPE_KEYS = frozenset(
