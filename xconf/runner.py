@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.canonical import canonical_digest
 from xconf.comparison import ComparisonOutcome, compare, error_outcome
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import XconfError
@@ -35,7 +36,7 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank
-from xconf.schema import Identity, canonical_digest
+from xconf.schema import Identity
 from xconf.semantic_registry import (
     SIDES,
     OperatorSession,

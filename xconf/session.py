@@ -10,18 +10,21 @@ input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from omegaconf import DictConfig
+
 from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment
+from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
-from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog, load_object
+from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
 
 if TYPE_CHECKING:
     from xconf.runner import CaseRecord, RunSummary
@@ -39,25 +42,9 @@ def conf_dir() -> Path:
     raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
 
 
-def runtime_config(name: str) -> dict[str, Any]:
-    """``conf/runtime/<name>.yaml`` as a plain dict (``cpu-smoke`` and ``cpu_smoke`` both work)."""
-    from omegaconf import OmegaConf
-
-    file = conf_dir() / "runtime" / f"{name.replace('-', '_')}.yaml"
-    if not file.is_file():
-        available = sorted(p.stem for p in (conf_dir() / "runtime").glob("*.yaml"))
-        raise ConfigError(
-            "config.unknown_runtime",
-            f"unknown runtime '{name}'; available: {', '.join(available)}",
-            "runtime",
-        )
-    return OmegaConf.to_container(OmegaConf.load(file), resolve=True)  # type: ignore[return-value]
-
-
-def instantiate_runtime(config: dict[str, Any]) -> Any:
-    """Build the adapter named by ``_target_``: the core never imports an adapter module."""
-    options = {k: v for k, v in config.items() if k not in ("_target_", "name")}
-    return load_object(str(config["_target_"]))(**options)
+def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
+    return load_runtime_config(conf_dir(), name, overrides)
 
 
 def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:
@@ -238,7 +225,7 @@ def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str
 
 def run(
     spec: ExperimentSpec,
-    runtime: dict[str, Any],
+    runtime: Mapping[str, Any] | DictConfig,
     *,
     output_root: str | Path,
     allow_smoke_operators: bool,

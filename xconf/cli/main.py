@@ -19,7 +19,13 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="validate and expand an experiment; build no engine")
     plan.add_argument("file", type=Path)
     plan.add_argument("--output-root", default="outputs")
-    run = sub.add_parser("run", help="plan, score every case on both sides, judge, seal")
+    run = sub.add_parser(
+        "run",
+        help="plan, score every case on both sides, judge, seal",
+        usage="xconf run FILE --runtime NAME [options] [[+]runtime.KEY=VALUE ...]",
+        epilog="Runtime options take Hydra's syntax: runtime.KEY=VALUE changes one, "
+        "+runtime.KEY=VALUE adds one; an option the runtime does not take is an error (exit 2).",
+    )
     run.add_argument("file", type=Path)
     run.add_argument("--runtime", required=True, help="runtime adapter, e.g. cpu-smoke")
     run.add_argument(
@@ -67,7 +73,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     check_case_timeout(args.case_timeout)
     return session.run(
         spec,
-        session.runtime_config(args.runtime),
+        session.runtime_config(args.runtime, args.overrides),
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
         resume=not args.no_resume,
@@ -101,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         from xconf.report.cli import main_report
 
         return main_report(argv[1:])
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Runtime overrides (runtime.KEY=VALUE) may stand anywhere after `run`, like Hydra's.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command != "run" or any(e.startswith("-") for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     from xconf import session
     from xconf.cli.render import ConsoleView
 

@@ -9,7 +9,6 @@ discovery.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.artifacts.safe_io import write_file
+from xconf.canonical import canonical_digest
 from xconf.launchers.errors import (
     CaseDisagreementError,
     LaunchError,
@@ -91,8 +91,7 @@ def resolve_backend(requested: str) -> str:
 
 def config_digest(payload: Any) -> bytes:
     """Fixed-size (32-byte) digest of a JSON-able payload, canonical key order."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).digest()
+    return bytes.fromhex(canonical_digest(payload, default=str))
 
 
 def verify_case_agreement(digest: bytes) -> None:

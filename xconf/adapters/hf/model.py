@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -64,8 +63,7 @@ class TrainingScorerConfig:
         normalize_sharding(self.sharding)
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:

@@ -12,7 +12,6 @@ standard deviation so that logits are far from uniform and drift is visible.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
+from xconf.canonical import canonical_digest
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -59,8 +59,7 @@ class ModelSpec:
             "tokenizer": TOKENIZER_RECIPE_VERSION,
             "spec": asdict(self),
         }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(payload)
 
 
 @dataclass(frozen=True)

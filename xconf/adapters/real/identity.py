@@ -31,7 +31,8 @@ from xconf.adapters.real.dataset import (
     parse_dataset,
 )
 from xconf.artifacts.safe_io import write_file
-from xconf.schema import Identity, canonical_digest
+from xconf.canonical import canonical_digest
+from xconf.schema import Identity
 
 if TYPE_CHECKING:
     from xconf.adapters.real.model_options import ModelOptions
