@@ -74,6 +74,10 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
         console.print(verdict_table(summary))
         print_reasons(console, summary.records)
         console.print(f"artifacts: {summary.experiment_dir}")
+        if cfg.get("localize"):
+            from xconf.cli.localize import localize_failing
+
+            localize_failing(summary, adapter, console)
         report_after_run(summary.experiment_dir, console)
         return exit_code(summary.records)
     except XconfError as error:

@@ -1,4 +1,4 @@
-"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify` and `xconf report`."""
+"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from xconf.cli import localize as localize_cli
 from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
 from xconf.cli.session import (
     EXIT_INVALID,
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
     )
     run.add_argument("--output-root", default="outputs")
+    run.add_argument(
+        "--localize",
+        action="store_true",
+        help="after the run, localize every failing case (see `xconf localize`)",
+    )
     verify = sub.add_parser(
         "verify",
         help="recompute every seal and verdict of a run offline "
@@ -56,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    localize_cli.add_parser(sub)
     return parser
 
 
@@ -90,6 +97,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         )
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
+    if args.localize:
+        localize_cli.localize_failing(summary, adapter, console)
     report_after_run(summary.experiment_dir, console)
     return exit_code(summary.records)
 
@@ -109,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             from xconf.verify import main_verify
 
             return main_verify(args.run_dir, console)
+        if args.command == "localize":
+            return localize_cli.run(args, console)
         return _run(args, console)
     except XconfError as error:
         report_error(error)

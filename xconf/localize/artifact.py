@@ -5,6 +5,7 @@ tree rather than inside it: a sealed attempt directory holds exactly its payload
 and resume reject extra entries), so localizing never touches it. Each localization is a
 new ``a-NNNN`` (allocated atomically); files are published with the artifact store's
 no-overwrite writer and ``COMPLETE`` (the SHA-256 of each file) is published last.
+Reading it back (:func:`latest`) is torch-free, for the report.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from xconf.artifacts.safe_io import (
     read_regular,
     sha256_file,
 )
-from xconf.artifacts.store import json_bytes
 
 LOCALIZE_SCHEMA = "xconf.localize.v1"
 SEAL_SCHEMA = "xconf.localize.seal.v1"
@@ -60,6 +60,8 @@ def tap_tensors(document: dict[str, Any]) -> dict[str, Any]:
 
 def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
     from safetensors.torch import save
+
+    from xconf.artifacts.store import json_bytes
 
     parent = ensure_real_dir(run_path, "localize", case_id, attempt_id)
     localize_id, path = allocate_attempt_dir(parent)

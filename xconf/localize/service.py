@@ -101,6 +101,10 @@ def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> 
         "identity_sha256": identity.digest(),
         "runtime_kind": inputs.runtime_kind,
         "architecture": names.architecture,
+        "checkpoint_sha256": adapter.record.checkpoint_sha256,
+        # A sha256 checkpoint id was checked against the rebuilt weights when re-freezing;
+        # any other id cannot prove the weights are the run's.
+        "checkpoint_verified": identity.checkpoint_id.startswith("sha256:"),
         "num_layers": layers,
         "scoring": {
             "mode": identity.scoring_mode,
