@@ -63,7 +63,7 @@ def drift_figure(document: dict[str, Any]) -> plots.PlotImage:
     ax.set_xticklabels(["emb", *map(str, range(layers)), "norm", "logits"])
     ax.set_xlabel("layer", fontsize=8, color=plots.MUTED)
     ax.set_ylabel("relative difference", fontsize=8, color=plots.MUTED)
-    ax.legend(loc="upper left", fontsize=7.5, frameon=False, ncol=4)
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=7.5, frameon=False, ncol=4)
     fig.tight_layout()
     alt = f"drift by layer for case {document['case_id']}: {document['line']}"
     canvas_cls(fig)
