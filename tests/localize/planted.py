@@ -10,10 +10,10 @@ from typing import Any
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 from xconf.adapters.real.adapter import VllmHfRuntime
 from xconf.adapters.real.hf_pair import HfPairRuntime
-from xconf.cli.session import prepare, run_prepared
 from xconf.config.strict import parse_experiment
 from xconf.localize.sides import side_module
 from xconf.runner import RunSummary
+from xconf.session import prepare, run_prepared
 
 LAYERS = 4
 SAMPLES = (

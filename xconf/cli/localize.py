@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from xconf.cli.session import EXIT_OK, report_error
 from xconf.errors import XconfError
+from xconf.session import EXIT_OK, Outcome, report_error
 
 FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
 
@@ -67,9 +67,10 @@ def localize_one(
     return result
 
 
-def run(args: argparse.Namespace, console: Console) -> int:
-    localize_one(args.run_dir, args.case_id, console, runtime=args.runtime)
-    return EXIT_OK
+def step(args: argparse.Namespace, view: Any) -> Outcome:
+    """`xconf localize`: one session step (coded errors become exit 2 in ``session.guarded``)."""
+    localize_one(args.run_dir, args.case_id, view.console, runtime=args.runtime)
+    return Outcome(EXIT_OK)
 
 
 def localize_failing(summary: Any, adapter: Any, console: Console) -> None:

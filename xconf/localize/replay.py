@@ -25,7 +25,7 @@ from xconf.schema import Case, Identity
 
 def runtime_for(kind: str) -> Any:
     """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated."""
-    from xconf.cli.session import instantiate_runtime, runtime_config
+    from xconf.session import instantiate_runtime, runtime_config
 
     return instantiate_runtime(runtime_config(kind.replace("-", "_")))
 
