@@ -280,8 +280,10 @@ class PairedRunner:
             case_id=case.case.case_id,
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
-            wall_s=time.perf_counter() - case_started,  # engines (re)built and both sides scored
         )
+        # A measured duration is what happened, not the verdict: comparison.json stays a pure
+        # function of the scores (bitwise equal across processes), the time goes to actual.json.
+        actual["wall_s"] = time.perf_counter() - case_started  # engines built, both sides scored
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 
     def _score_sides(

@@ -192,9 +192,9 @@ def judge_cases(
             case_id=case.case_id,
             rollout_dtype=case.rollout_dtype,
             training_dtype=case.training_dtype,
-            wall_s=time.perf_counter() - case_started,
         )
-        documents = _documents(index, case, identity, outcome.document)
+        wall_s = time.perf_counter() - case_started
+        documents = _documents(index, case, identity, outcome.document, wall_s)
         tensors = {
             "score_rollout.safetensors": _tensors(rollout),
             "score_training.safetensors": _tensors(training),
@@ -217,7 +217,7 @@ def _tensors(score: SideScore) -> dict[str, torch.Tensor]:
 
 
 def _documents(
-    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any]
+    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
     d = case.dump
     row = _plan_row(index, case)
@@ -236,6 +236,7 @@ def _documents(
         },
         "actual.json": {
             "sides": {},
+            "wall_s": wall_s,
             "dump": {
                 "file": d.path,
                 "sha256": d.sha256,

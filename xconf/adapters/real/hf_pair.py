@@ -46,6 +46,11 @@ class HfReferenceSide:
 
         self._inner = HfTrainingSide(cfg)
 
+    @property
+    def wrapped(self) -> Any:
+        """The transformers scorer underneath (``xconf localize`` hooks its module)."""
+        return self._inner
+
     def score(
         self,
         inputs: FrozenInputs,
