@@ -137,5 +137,5 @@ def test_unknown_runtime_option_is_coded_not_a_traceback() -> None:
     for cls in (VllmHfRuntime, HfPairRuntime):
         with pytest.raises(ConfigError) as err:
             cls(model_path="/somewhere")
-        assert (err.value.code, err.value.path) == ("config.unknown_key", "runtime.model_path")
+        assert (err.value.code, err.value.path) == ("runtime.unknown_option", "runtime.model_path")
         assert "runtime.model.path" in err.value.message
