@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xconf.canonical import canonical_digest
 from xconf.knobs import KnobValue
 
 EXPERIMENT_SCHEMA_V1 = "cross_config.experiment_config.v1"
@@ -22,11 +22,6 @@ ScoringMode = Literal["decode", "prefill"]
 
 def is_safe_id(value: str) -> bool:
     return bool(SAFE_ID.fullmatch(value)) and value not in {".", ".."} and ".." not in value
-
-
-def canonical_digest(document: Any) -> str:
-    blob = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

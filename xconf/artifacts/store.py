@@ -9,10 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load, save
+from typing import TYPE_CHECKING, Any
 
 from xconf.artifacts import seal as seal_check
 from xconf.artifacts.layout import (
@@ -54,6 +51,9 @@ __all__ = [
     "read_json",
     "read_tensors",
 ]
+
+if TYPE_CHECKING:  # torch only where tensors are written or read: planning needs none
+    import torch
 
 
 def json_bytes(document: Any) -> bytes:
@@ -180,6 +180,8 @@ class ExperimentStore:
         Every file is written relative to the attempt's open directory descriptor: the
         directory swapped for a symlink after its creation redirects nothing.
         """
+        from safetensors.torch import save
+
         names = set(documents) | set(tensors)
         if names != set(PAYLOAD_FILES):
             missing = sorted(set(PAYLOAD_FILES) - names)
@@ -247,6 +249,8 @@ class ExperimentStore:
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """safetensors only, from a bounded regular file: no pickle, no link, no FIFO."""
+    from safetensors.torch import load
+
     data = read_regular(path)
     if data is None:
         raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))

@@ -13,7 +13,7 @@ from xconf.report.errors import ReportError
 from xconf.report.model import ReportData
 from xconf.report.tokens import DecoderFactory
 
-FORMATS = ("html", "json")
+FORMATS = ("html", "json", "csv")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,10 @@ def render(data: ReportData, fmt: str) -> str:
     """The report as text in ``fmt`` (``html`` or ``json``)."""
     if fmt == "json":
         return json.dumps(data.to_json_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    if fmt == "csv":
+        from xconf.report.csv_table import render_csv
+
+        return render_csv(data)
     if fmt == "html":
         from xconf.report.html import render_html
 

@@ -12,18 +12,18 @@ standard deviation so that logits are far from uniform and drift is visible.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
+from xconf.canonical import canonical_digest
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -59,8 +59,7 @@ class ModelSpec:
             "tokenizer": TOKENIZER_RECIPE_VERSION,
             "spec": asdict(self),
         }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(payload)
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,8 @@ class ModelRecord:
     eos_token_id: int
     vocab_size: int
     model_version: str
+    tokenizer_path: str | None = None  # None: the tokenizer files are in ``path``
+    local: bool = False  # a user's checkpoint directory (digest re-checked before each build)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,6 +207,34 @@ def _load_verified(model_dir: Path, spec: ModelSpec) -> ModelRecord | None:
     if sha256_file(tok, limit=UNBOUNDED, follow=True) != record.tokenizer_sha256:
         return None
     return record
+
+
+def write_checkpoint(spec: ModelSpec, directory: Path | str) -> ModelRecord:
+    """Build the tiny checkpoint into a new user directory (``xconf make-checkpoint``).
+
+    The directory must not exist or be empty; it is built beside it and renamed into
+    place, so a failure leaves nothing half-written.
+    """
+    target = Path(directory).expanduser().absolute()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ModelFactoryError(
+            "model.target_not_empty", "refusing to write into a non-empty path", str(target)
+        )
+    if not target.parent.is_dir():
+        raise ModelFactoryError(
+            "model.no_parent", "the parent directory does not exist", str(target.parent)
+        )
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    try:
+        record = _build(spec, tmp)
+        if target.exists():
+            target.rmdir()
+        os.rename(tmp, target)
+    except OSError as exc:
+        raise ModelFactoryError("model_build_failed", str(exc), str(target)) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return replace(record, path=str(target))
 
 
 def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = None) -> ModelRecord:
