@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from xconf.ops.logprob.capability import BackendCapability
 from xconf.ops.logprob.contract import (
     LOGITS_DTYPES,
@@ -22,7 +24,20 @@ _ALL_MASKS: frozenset[MaskMode] = frozenset(MASK_MODES)
 
 
 def builtin_capabilities() -> tuple[tuple[str, str, BackendCapability], ...]:
-    """(backend id, factory import path, capability); CPU only: that is what is tested."""
+    """(backend id, factory import path, capability).
+
+    The vocab-parallel backends are declared on ``cpu`` (native/compiled/eager kernels) and
+    on ``cuda`` (the Triton kernels, whose cases ``tests/ops/test_triton_interpreter.py``
+    runs under Triton's interpreter in every ``make test``); the reference on ``cpu``.
+    """
+    return tuple(
+        (backend_id, factory, replace(cap, platform=platform))
+        for backend_id, factory, cap in _declared()
+        for platform in (("cpu", "cuda") if backend_id != REFERENCE_ID else ("cpu",))
+    )
+
+
+def _declared() -> tuple[tuple[str, str, BackendCapability], ...]:
     return (
         (
             VOCAB_PARALLEL_ID,
