@@ -71,8 +71,8 @@ def _wrap(owner: Any, name: str, phase: str) -> None:
 
 
 def _instrument() -> None:
-    import xconf.cli.session as session
     import xconf.runner as runner
+    import xconf.session as session
     from xconf.artifacts.store import ExperimentStore
 
     _wrap(runner.PairedRunner, "_bind", "binding")
@@ -106,11 +106,11 @@ def _compose(s0: bool) -> Any:
 
 
 def main(output_root: str | None = None, s0: bool = False) -> dict[str, object]:
-    from xconf.cli.session import prepare, run_prepared
     from xconf.config.hydra_document import experiment_document
     from xconf.config.strict import parse_experiment
     from xconf.report.build import build_report
     from xconf.report.writer import render
+    from xconf.session import prepare, run_prepared
 
     cfg = _compose(s0)
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)

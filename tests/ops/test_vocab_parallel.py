@@ -179,13 +179,13 @@ def test_validate_false_skips_data_checks_only() -> None:
 
 def test_cuda_is_declared_for_the_triton_kernels_only() -> None:
     """Declared because tests/ops/test_triton_interpreter.py checks the Triton kernels."""
-    from xconf.ops.logprob.dispatch import default_logprob_registry
     from xconf.ops.logprob.impls import resolve_impl
+    from xconf.semantic_registry import SELECTED_LOGPROB, SemanticOperatorCatalog
 
-    registry = default_logprob_registry()
+    catalog = SemanticOperatorCatalog.from_entry_points()
     for backend in ("xconf.vocab_parallel_logp", "xconf.vocab_parallel_logp_fast"):
-        assert registry.capability(backend, "cuda") is not None
-    assert registry.capability("xconf.reference_logp", "cuda") is None
+        descriptor = catalog.get(SELECTED_LOGPROB, backend)
+        assert descriptor is not None and descriptor.capability("cuda") is not None
     with pytest.raises(LogprobValidationError) as err:  # no Triton in this environment
         resolve_impl("auto", "cuda")
     assert err.value.code == "logprob.call.triton_unavailable"

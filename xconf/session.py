@@ -1,0 +1,273 @@
+"""The one service behind `xconf`, `xconf-run` and `xconf-run -m`: plan -> publish -> run ->
+verdict -> report.
+
+The front-ends (``cli/main.py``, ``cli/hydra_app.py``, ``cli/multirun.py``) parse their own
+input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`plan` or
+:func:`run` with a :class:`View` that draws the terminal, and exit with the returned
+:class:`Outcome`'s code. Nothing here keeps state between calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from omegaconf import DictConfig
+
+from xconf.artifacts.store import ExperimentStore
+from xconf.errors import ConfigError, XconfError
+from xconf.execution_plan import ExecutionPlan, build_execution_plan
+from xconf.planner import plan_experiment
+from xconf.runtime.loading import instantiate_runtime, load_runtime_config
+from xconf.schema import PLAN_SCHEMA, ExperimentSpec
+from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
+
+if TYPE_CHECKING:
+    from xconf.runner import CaseRecord, RunSummary
+
+Mode = Literal["plan", "run"]
+EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
+
+
+def conf_dir() -> Path:
+    """The Hydra config tree: the repository's conf/ (editable install) or the wheel's copy."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package.parent / "conf", package / "_conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
+
+
+def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
+    return load_runtime_config(conf_dir(), name, overrides)
+
+
+def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:
+    catalog = SemanticOperatorCatalog.from_entry_points()
+    if allow_smoke_operators:
+        from xconf.testing.smoke_ops import register_smoke_operators
+
+        register_smoke_operators(catalog)
+    return catalog
+
+
+@dataclass(frozen=True)
+class Prepared:
+    execution: ExecutionPlan
+    store: ExperimentStore
+    policy: ResolutionPolicy
+    catalog: SemanticOperatorCatalog
+
+
+def plan_header(execution: ExecutionPlan) -> dict[str, Any]:
+    plan = execution.plan
+    spec = plan.spec
+    return {
+        "schema": PLAN_SCHEMA,
+        "experiment_id": spec.experiment_id,
+        "scenario_id": spec.scenario_id,
+        "scenario": spec.scenario.to_dict(),
+        "identity_sha256": spec.identity.digest(),
+        "contract": {
+            "version": plan.contract_version,
+            "sha256": plan.contract_sha256,
+            "source": spec.contract_source,
+        },
+    }
+
+
+def prepare(
+    spec: ExperimentSpec, *, output_root: str | Path, allow_smoke_operators: bool, device: str
+) -> Prepared:
+    """Plan and bind operators; raises before anything is written when input is invalid."""
+    plan = plan_experiment(spec)
+    policy = ResolutionPolicy(allow_smoke_operators=allow_smoke_operators, device=device)
+    catalog = make_catalog(allow_smoke_operators)
+    execution = build_execution_plan(plan, catalog, policy)
+    store = ExperimentStore(output_root, spec.experiment_id)
+    return Prepared(execution, store, policy, catalog)
+
+
+def publish_plan(prepared: Prepared) -> None:
+    rows = [case.to_row() for case in prepared.execution.cases]
+    prepared.store.publish_plan(plan_header(prepared.execution), rows)
+
+
+def run_prepared(
+    prepared: Prepared,
+    adapter: Any,
+    *,
+    resume: bool,
+    on_case: Any = None,
+    case_ids: set[str] | None = None,
+    case_timeout_s: float | None = None,
+) -> RunSummary:
+    scenario_device = prepared.execution.plan.spec.scenario.device
+    if scenario_device != adapter.device:
+        raise ConfigError(
+            "runtime.device_mismatch",
+            f"runtime '{adapter.runtime_kind}' runs on {adapter.device}, the scenario declares "
+            f"{scenario_device}; plan it with mode=plan or choose a {scenario_device} runtime",
+            "scenario.device",
+        )
+    check_inputs = getattr(adapter, "check_inputs", None)
+    if check_inputs is not None:  # the runtime's own input files (datasets): before any write
+        check_inputs(prepared.execution.plan.spec.identity)
+    from xconf.runner import PairedRunner  # torch: only a run needs it, never a plan
+
+    publish_plan(prepared)
+    runner = PairedRunner(
+        prepared.execution,
+        adapter,
+        prepared.store,
+        prepared.catalog,
+        prepared.policy,
+        resume=resume,
+        on_case=on_case,
+        case_timeout_s=case_timeout_s,
+    )
+    try:
+        return runner.run(case_ids)
+    finally:
+        adapter.close()
+
+
+def exit_code(records: list[CaseRecord]) -> int:
+    return EXIT_OK if all(r.result == "pass" for r in records) else EXIT_NON_PASS
+
+
+def report_error(error: XconfError) -> None:
+    where = f" at '{error.path}'" if error.path else ""
+    print(f"xconf: error [{error.code}]{where}: {error.message}", file=sys.stderr)
+    for issue in getattr(error, "issues", ())[1:]:
+        print(f"xconf: error [{issue.code}] at '{issue.path}': {issue.message}", file=sys.stderr)
+
+
+# -- the flow ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one invocation ended with; the front-end exits with ``exit_code``."""
+
+    exit_code: int
+    prepared: Prepared | None = None
+    summary: RunSummary | None = None
+    error: XconfError | None = None
+
+
+class View(Protocol):
+    """How a front-end shows the flow; the service decides what happens and in which order."""
+
+    console: Any
+
+    def planned(self, prepared: Prepared, note: str) -> None: ...
+
+    def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]: ...
+
+    def verdict(self, summary: RunSummary) -> None: ...
+
+
+@runtime_checkable
+class OutcomeReceiver(Protocol):
+    """A task function that wants the outcome of a sweep run by Hydra on its behalf."""
+
+    def receive(self, outcome: Outcome) -> None: ...
+
+
+def guarded(step: Callable[[], Outcome]) -> Outcome:
+    """Run one front-end step: invalid input becomes a printed coded error and exit 2; a
+    SIGINT/SIGTERM stops it, ends every process it started and exits 130/143, recording no
+    verdict for the case in flight (the same command resumes)."""
+    from xconf.interrupts import Interrupted, end_descendants, stop_on_signals
+
+    try:
+        with stop_on_signals():
+            return step()
+    except Interrupted as stop:
+        ended = end_descendants()
+        print(
+            f"xconf: {stop}; stopped (the case in flight has no verdict, {ended} child "
+            "process(es) ended); run the same command again to resume",
+            file=sys.stderr,
+        )
+        return Outcome(stop.exit_code)
+    except XconfError as exc:
+        report_error(exc)
+        return Outcome(EXIT_INVALID, error=exc)
+    except Exception as exc:
+        # An OmegaConf error (e.g. an override with an unresolvable ${...}) can only come from
+        # a step that loaded OmegaConf; `xconf plan` never does, so it is not imported here.
+        errors = sys.modules.get("omegaconf.errors")
+        if errors is None or not isinstance(exc, errors.OmegaConfBaseException):
+            raise
+        key = getattr(exc, "full_key", None)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        coded = ConfigError("config.unresolvable", message, str(key) if key else None)
+        report_error(coded)
+        return Outcome(EXIT_INVALID, error=coded)
+
+
+def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str = "") -> Outcome:
+    """Plan and publish ``plan.jsonl``; no engine is built and nothing is scored."""
+    prepared = prepare(
+        spec, output_root=output_root, allow_smoke_operators=True, device=spec.scenario.device
+    )
+    publish_plan(prepared)
+    view.planned(prepared, note)
+    return Outcome(EXIT_OK, prepared=prepared)
+
+
+def run(
+    spec: ExperimentSpec,
+    runtime: Mapping[str, Any] | DictConfig,
+    *,
+    output_root: str | Path,
+    allow_smoke_operators: bool,
+    resume: bool,
+    case_timeout_s: float | None,
+    view: View | None,
+) -> Outcome:
+    """Plan, score every case on both sides, judge, seal; then the verdict and the report.
+
+    ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
+    sweep's parent gathers and reports.
+    """
+    adapter = instantiate_runtime(runtime)
+    prepared = prepare(
+        spec,
+        output_root=output_root,
+        allow_smoke_operators=allow_smoke_operators,
+        device=adapter.device,
+    )
+    with _progress(view, len(prepared.execution.cases)) as on_case:
+        summary = run_prepared(
+            prepared, adapter, resume=resume, on_case=on_case, case_timeout_s=case_timeout_s
+        )
+    if view is None:
+        return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
+    return conclude(summary, view, prepared)
+
+
+def conclude(summary: RunSummary, view: View, prepared: Prepared | None = None) -> Outcome:
+    """The verdict table, then the report (never on the verdict's path: it cannot change it)."""
+    from xconf.report.writer import report_after_run
+
+    view.verdict(summary)
+    report_after_run(summary.experiment_dir, view.console)
+    return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
+
+
+def _progress(
+    view: View | None, total: int
+) -> AbstractContextManager[Callable[[CaseRecord], None] | None]:
+    if view is not None:
+        return view.progress(total)
+    from contextlib import nullcontext
+
+    return nullcontext(None)
