@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from xconf.semantic_registry import normalize_backend_id
-
 KnobValue = bool | int | str
 Lifecycle = Literal["request", "engine_construction", "process"]
 ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
 
 # Lifecycles ordered from cheapest to most expensive to change.
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
+
+# The compute dtypes every side and operator understands, most precise first.
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
     {
@@ -131,7 +132,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                         "none": "unsharded",
                         "single": "unsharded",
                         "fsdp": "fsdp",
-                        "fsdp2": "fsdp",
+                        "fsdp2": "fsdp",  # FSDP is FSDP2 (fully_shard); one canonical spelling
                     }
                 ),
             ),
@@ -196,7 +197,14 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         return choices[cleaned]
     if not cleaned:
         raise KnobValueError("expected a backend id, got an empty string")
+    from xconf.semantic_registry import normalize_backend_id  # the catalog owns backend ids
+
     return normalize_backend_id(cleaned)
+
+
+def canonical(path: str, raw: object) -> KnobValue:
+    """The canonical value of knob ``path``; raises KeyError (unknown) or KnobValueError."""
+    return normalize_value(KNOBS[path], raw)
 
 
 def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, object]:
@@ -213,3 +221,47 @@ def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, obj
 
 def side_dtype(knobs: Mapping[str, KnobValue], side: Literal["rollout", "training"]) -> str:
     return str(knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"])
+
+
+# -- process topology, per side ------------------------------------------------------------
+# FSDP shards the training model over a fixed group of this many ranks: the training side's
+# process group is set by the training knobs alone, never by the rollout's parallelism.
+FSDP_DEGREE = 2
+_TRAINING_WORLD: Mapping[str, int] = MappingProxyType({"unsharded": 1, "fsdp": FSDP_DEGREE})
+
+
+@dataclass(frozen=True)
+class SideWorlds:
+    """Ranks each side's process group spans; the launcher starts ``launched`` ranks.
+
+    Each side runs on the sub-group of ranks ``0 .. world - 1`` of the launched world, so
+    changing a rollout knob never changes the training group (and vice versa).
+    """
+
+    rollout: int
+    training: int
+
+    @property
+    def launched(self) -> int:
+        return max(self.rollout, self.training)
+
+    def of(self, side: Literal["rollout", "training"]) -> int:
+        return self.rollout if side == "rollout" else self.training
+
+
+def side_worlds(knobs: Mapping[str, object]) -> SideWorlds:
+    """Each side's world from its own process-lifecycle knobs; a missing knob counts as 1.
+
+    Values are normalized here (``fsdp2`` is ``fsdp``); a value no knob accepts raises
+    KnobValueError naming it.
+    """
+
+    def value(path: str, default: object) -> KnobValue:
+        raw = knobs.get(path)
+        return canonical(path, default if raw is None else raw)
+
+    rollout = int(value("rollout.tensor_parallel_size", 1)) * int(
+        value("rollout.context_parallel_size", 1)
+    )
+    training = _TRAINING_WORLD[str(value("training.sharding", "unsharded"))]
+    return SideWorlds(rollout=rollout, training=training)

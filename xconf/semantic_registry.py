@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from xconf.errors import OperatorResolutionError
+from xconf.knobs import DTYPES
 
 Side = Literal["rollout", "training"]
 SIDES: tuple[Side, ...] = ("rollout", "training")
@@ -58,7 +59,7 @@ class OperatorDescriptor:
     version: str
     target_tags: frozenset[Side] = frozenset(SIDES)
     devices: frozenset[str] = frozenset({"cpu"})
-    dtypes: frozenset[str] = frozenset({"float32", "bfloat16", "float16"})
+    dtypes: frozenset[str] = frozenset(DTYPES)
     required_topology: Mapping[Side, Mapping[str, Any]] = field(
         default_factory=lambda: MappingProxyType({})
     )

@@ -34,6 +34,18 @@ def test_materialization_is_truthful(path, value, status, materialized) -> None:
     assert record.evidence
 
 
+def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
+    """Every adapter once ended in a branch that reported any other knob as applied."""
+    from xconf.knobs import KNOBS, KnobSpec
+    from xconf.runtime import protocol
+
+    novel = KnobSpec("rollout.novel_knob", "engine_construction", "bool", "rollout", "test")
+    monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
+    record = _materialize(novel.path, "rollout", True)
+    assert (record.status, record.materialized) == ("unsupported", None)
+    assert "novel_knob" in record.evidence
+
+
 UNSUPPORTED = {
     "rollout__tensor_parallel_size": [2],
     "rollout__context_parallel_size": [2],

@@ -8,27 +8,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
+from xconf.knobs import DTYPES, KnobValueError, canonical
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
-COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
-SHARDINGS = ("unsharded", "fsdp2")
-_SHARDING_ALIASES = {
-    "none": "unsharded",
-    "unsharded": "unsharded",
-    "fsdp": "fsdp2",
-    "fsdp2": "fsdp2",
-}
 
 
 def normalize_sharding(value: str) -> str:
-    key = str(value).strip().lower()
-    if key not in _SHARDING_ALIASES:
-        raise UnsupportedKnobError(
-            "unsupported_value",
-            f"sharding {value!r} not in {sorted(_SHARDING_ALIASES)}",
-            "training.sharding",
-        )
-    return _SHARDING_ALIASES[key]
+    """The canonical sharding (``unsharded`` or ``fsdp``) of any accepted spelling."""
+    try:
+        return str(canonical("training.sharding", value))
+    except KnobValueError as exc:
+        raise UnsupportedKnobError("unsupported_value", str(exc), "training.sharding") from exc
 
 
 @dataclass(frozen=True)
@@ -54,10 +44,10 @@ class TrainingScorerConfig:
                 "flash_attention_2 needs CUDA; this scorer runs on CPU",
                 "training.attention_backend",
             )
-        if self.compute_dtype not in COMPUTE_DTYPES:
+        if self.compute_dtype not in DTYPES:
             raise UnsupportedKnobError(
                 "unsupported_value",
-                f"compute dtype {self.compute_dtype!r} not in {COMPUTE_DTYPES}",
+                f"compute dtype {self.compute_dtype!r} not in {DTYPES}",
                 "training.compute_dtype",
             )
         normalize_sharding(self.sharding)
@@ -104,7 +94,7 @@ def apply_fsdp2(model: Any, device: str = "cpu") -> dict[str, Any]:
     if not dist.is_available() or not dist.is_initialized():
         raise UnsupportedKnobError(
             "process_group_missing",
-            "fsdp2 needs torch.distributed initialised by the launcher (torchrun, gloo)",
+            "fsdp needs torch.distributed initialised by the launcher (torchrun, gloo)",
             "training.sharding",
         )
     from torch.distributed.device_mesh import init_device_mesh
@@ -144,7 +134,7 @@ def readback(model: Any) -> dict[str, Any]:
     wrapped = [n or "<root>" for n, m in model.named_modules() if isinstance(m, FSDPModule)]
     dtensor = any(hasattr(p, "to_local") and hasattr(p, "placements") for p in params)
     root_wrapped = isinstance(model, FSDPModule)
-    sharding = "fsdp2" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
+    sharding = "fsdp" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
     return {
         "training.attention_backend": str(model.config._attn_implementation),
         "training.compute_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,

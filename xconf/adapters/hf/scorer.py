@@ -138,7 +138,7 @@ class HFTrainingScorer:
         self.distributed: dict[str, Any] = {}
         self.last_request_size: int | None = None
         self.request_sizes: list[int] = []
-        if self.sharding == "fsdp2":
+        if self.sharding == "fsdp":
             self.distributed = apply_fsdp2(self.model, cfg.device)
 
     def score(

@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
+# Knobs passed to the engines' constructors as they are (see _build_engine).
+_CONSTRUCTION_KNOBS = frozenset(
+    {
+        "rollout.dtype",
+        "rollout.enable_prefix_caching",
+        "rollout.enforce_eager",
+        "training.compute_dtype",
+    }
+)
 
 
 def _process_group() -> tuple[tuple[str, Any], ...]:
@@ -175,8 +184,13 @@ class VllmHfRuntime:
                 "applied",
                 f"FSDP2 fully_shard per decoder layer over {world} ranks",
             )
-        return planned_application(
-            path, side, value, value, "applied", "set at engine construction"
+        if path in _CONSTRUCTION_KNOBS:
+            return planned_application(
+                path, side, value, value, "applied", "set at engine construction"
+            )
+        # A knob this runtime has no code for is never reported as applied.
+        return unsupported_application(
+            path, side, value, f"the {self.runtime_kind} runtime has no {path}"
         )
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:

@@ -141,8 +141,6 @@ class HfTrainingSide:
 
     def readback(self) -> Mapping[str, KnobValue | None]:
         live = dict(self.scorer.readback())
-        if live.get("training.sharding") == "fsdp2":
-            live["training.sharding"] = "fsdp"
         dtype = live.get("training.compute_dtype")
         if not isinstance(dtype, str):
             live["training.compute_dtype"] = None  # mixed dtypes: not one observable value

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+from xconf.knobs import DTYPES
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
-_DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_KV_CACHE_BYTES = 64 << 20
 # vLLM's in-process EngineCore.shutdown() tears down this process's torch.distributed and
 # model-parallel state (cleanup_dist_env_and_memory), which every engine whose core runs in
@@ -50,9 +50,9 @@ class RolloutEngineConfig:
     executor: str = "auto"
 
     def validate(self) -> None:
-        if self.dtype not in _DTYPES:
+        if self.dtype not in DTYPES:
             raise UnsupportedKnobError(
-                "unsupported_value", f"dtype {self.dtype!r} not in {_DTYPES}", "rollout.dtype"
+                "unsupported_value", f"dtype {self.dtype!r} not in {DTYPES}", "rollout.dtype"
             )
         if self.tensor_parallel_size < 1:
             raise UnsupportedKnobError(
