@@ -87,8 +87,12 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(layers)
 
 
-def apply_fsdp2(model: Any, device: str = "cpu") -> dict[str, Any]:
-    """``fully_shard`` every decoder layer and the root over the initialised world."""
+def apply_fsdp2(model: Any, device: str = "cpu", group: Any = None) -> dict[str, Any]:
+    """``fully_shard`` every decoder layer and the root over ``group`` (None: the world).
+
+    ``group`` is the training side's sub-group of a larger launched world: the FSDP degree
+    is set by the training knobs, never by how many ranks the rollout side needed.
+    """
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -100,14 +104,20 @@ def apply_fsdp2(model: Any, device: str = "cpu") -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    world = dist.get_world_size()
-    mesh = init_device_mesh(device, (world,))
+    if group is None:
+        world = dist.get_world_size()
+        mesh = init_device_mesh(device, (world,))
+    else:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        world = dist.get_world_size(group)
+        mesh = DeviceMesh.from_group(group, device)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh)
     # The root too reshards after forward, so the registered parameters are the local
     # shards again when scoring ends (and the read-only digest compares like with like).
     fully_shard(model, mesh=mesh, reshard_after_forward=True)
-    return {"world_size": world, "backend": dist.get_backend()}
+    return {"world_size": world, "backend": dist.get_backend(group)}
 
 
 def reshard(model: Any) -> None:
@@ -140,7 +150,17 @@ def readback(model: Any) -> dict[str, Any]:
         "training.compute_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
         "training.sharding": sharding,
         "training.fsdp_wrapped_modules": wrapped,
-        "training.world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        # The ranks the parameters are really sharded over (the FSDP mesh), not the world.
+        "training.world_size": _mesh_size(params),
+        "training.launcher_world_size": dist.get_world_size() if dist.is_initialized() else 1,
         "training.device": str(params[0].device) if params else "none",
         "training.model_class": type(model).__name__,
     }
+
+
+def _mesh_size(params: list[Any]) -> int | None:
+    """1 for plain tensors; the mesh size of DTensor parameters; None when they disagree."""
+    sizes = {int(p.device_mesh.size()) for p in params if hasattr(p, "device_mesh")}
+    if not sizes:
+        return 1
+    return sizes.pop() if len(sizes) == 1 else None

@@ -130,7 +130,7 @@ def teacher_forced_scores(
 class HFTrainingScorer:
     """A transformers model built for one :class:`TrainingScorerConfig`, scored read-only."""
 
-    def __init__(self, cfg: TrainingScorerConfig) -> None:
+    def __init__(self, cfg: TrainingScorerConfig, group: Any = None) -> None:
         cfg.validate()
         self.cfg = cfg
         self.model = load_model(cfg)
@@ -139,7 +139,7 @@ class HFTrainingScorer:
         self.last_request_size: int | None = None
         self.request_sizes: list[int] = []
         if self.sharding == "fsdp":
-            self.distributed = apply_fsdp2(self.model, cfg.device)
+            self.distributed = apply_fsdp2(self.model, cfg.device, group)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None

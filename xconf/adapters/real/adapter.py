@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
-from xconf.knobs import KNOBS, KnobValue
+from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
@@ -168,13 +168,15 @@ class VllmHfRuntime:
                 return planned_application(
                     path, side, value, value, "applied", "one unsharded module"
                 )
-            world = dict(_process_group())["world_size"]
-            if world < 2:
+            world = _world_size()
+            degree = side_worlds({path: value}).training
+            if world < degree:
                 return unsupported_application(
                     path,
                     side,
                     value,
-                    "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
+                    f"FSDP needs a process group of {degree} ranks, the launched world has "
+                    f"{world} (run under the torchrun launcher)",
                 )
             return planned_application(
                 path,
@@ -182,7 +184,8 @@ class VllmHfRuntime:
                 value,
                 value,
                 "applied",
-                f"FSDP2 fully_shard per decoder layer over {world} ranks",
+                f"FSDP2 fully_shard per decoder layer over ranks 0..{degree - 1} "
+                f"of the {world}-rank launched world",
             )
         if path in _CONSTRUCTION_KNOBS:
             return planned_application(
@@ -220,7 +223,16 @@ class VllmHfRuntime:
                 )
                 dtype = knobs["rollout.dtype"]
             else:
-                context, dtype = _process_group(), knobs["training.compute_dtype"]
+                # The training group is fixed by the training knobs alone: a rollout TP case
+                # launches more ranks, never a wider FSDP group.
+                pg = dict(_process_group())
+                context = (
+                    ("backend", pg["backend"]),
+                    ("rank", pg["rank"]),
+                    ("world_size", side_worlds(knobs).training),
+                    ("launcher_world_size", pg["world_size"]),
+                )
+                dtype = knobs["training.compute_dtype"]
             sides[side] = SideBinding(side, applications, str(dtype), context)
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -257,7 +269,7 @@ class VllmHfRuntime:
             }
             if executor == "external_launcher":
                 options["in_process"] = True
-            cfg = RolloutEngineConfig(
+            rollout_cfg = RolloutEngineConfig(
                 model_path=path,
                 dtype=binding.dtype,
                 enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
@@ -267,19 +279,27 @@ class VllmHfRuntime:
                 executor=executor,
                 **options,
             )
-            return VllmRolloutSide(cfg)
-        from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.real.engines import HfTrainingSide
+            if executor == "external_launcher":  # one TP rank on every launched rank
+                return VllmRolloutSide(rollout_cfg)
+            from xconf.adapters.real.engines import OnSideRanks
+            from xconf.runtime.ranks import side_group
 
-        return HfTrainingSide(
-            TrainingScorerConfig(
-                model_path=path,
-                attention_backend=str(values["training.attention_backend"]),
-                compute_dtype=binding.dtype,
-                sharding=str(values["training.sharding"]),
-                device=self.device,
-            )
+            # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
+            # world is the training side's, and its other ranks receive rank 0's score.
+            return OnSideRanks(lambda _group: VllmRolloutSide(rollout_cfg), side_group(1))
+        from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
+
+        cfg = TrainingScorerConfig(
+            model_path=path,
+            attention_backend=str(values["training.attention_backend"]),
+            compute_dtype=binding.dtype,
+            sharding=str(values["training.sharding"]),
+            device=self.device,
         )
+        world = int(dict(binding.distributed_context)["world_size"])
+        return OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(world))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -341,7 +361,7 @@ def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
         return (
             "auto",
             False,
-            f"engine core in its own process on each of the {world} launcher ranks",
+            f"engine core in its own process on rank 0 of the {world}-rank launched world",
         )
     if tp == 1:
         return "auto", True, "in-process engine"

@@ -42,9 +42,11 @@ class HfReferenceSide:
     """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
 
     def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.real.engines import HfTrainingSide
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
 
-        self._inner = HfTrainingSide(cfg)
+        # One unsharded reference on rank 0; the other launched ranks receive its score.
+        self._inner = OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(1))
 
     def score(
         self,
@@ -64,6 +66,7 @@ class HfReferenceSide:
             "rollout.enforce_eager": True,
             "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
             "rollout.context_parallel_size": 1,
+            "rollout.world_size": live.get("training.world_size"),
             "batch.size": live.get("batch.size"),
             "rollout.attention_backend": live.get("training.attention_backend"),
         }
