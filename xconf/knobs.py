@@ -48,6 +48,9 @@ class KnobSpec:
     meaning: str
     choices: Mapping[str, str] | None = None
     critical: bool = True  # an unobservable critical knob is refused under strict execution
+    # "contract": the drift contract's allowlist (v1 documents take exactly these);
+    # "extended": accepted by Hydra experiments and v2 documents only.
+    tier: Literal["contract", "extended"] = "contract"
 
 
 def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
@@ -143,9 +146,86 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "both",
                 "selected-logprob backend on both sides",
             ),
+            # -- extended knobs (issue #16): Hydra experiments and v2 documents only --------
+            KnobSpec(
+                "rollout.kv_cache_dtype",
+                "engine_construction",
+                "choice",
+                "rollout",
+                "dtype of the rollout engine's paged KV cache",
+                _choices(
+                    {
+                        "auto": "auto",
+                        "default": "auto",
+                        "native": "auto",
+                        "fp8": "fp8",
+                        "fp8_e4m3": "fp8_e4m3",
+                        "fp8_e5m2": "fp8_e5m2",
+                        "bfloat16": "bfloat16",
+                        "bf16": "bfloat16",
+                        "float16": "float16",
+                        "fp16": "float16",
+                    }
+                ),
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.enable_chunked_prefill",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "split long prefills into token-budget chunks",
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.max_num_batched_tokens",
+                "engine_construction",
+                "positive_int",
+                "rollout",
+                "tokens the rollout scheduler batches per step",
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.batch_invariant",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)",
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.param_dtype",
+                "engine_construction",
+                "choice",
+                "training",
+                "FSDP2 MixedPrecisionPolicy.param_dtype (none: no policy)",
+                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.reduce_dtype",
+                "engine_construction",
+                "choice",
+                "training",
+                "FSDP2 MixedPrecisionPolicy.reduce_dtype (none: no policy)",
+                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.remove_padding",
+                "engine_construction",
+                "bool",
+                "training",
+                "score packed variable-length sequences instead of a padded batch",
+                tier="extended",
+            ),
         )
     }
 )
+
+# The drift contract's allowlist: exactly what a v1 document may name.
+CONTRACT_KNOBS: frozenset[str] = frozenset(p for p, s in KNOBS.items() if s.tier == "contract")
+EXTENDED_KNOBS: frozenset[str] = frozenset(KNOBS) - CONTRACT_KNOBS
 
 # Knobs that the framework derives and records; a config may never set them.
 DERIVED_KNOBS: frozenset[str] = frozenset(

@@ -25,6 +25,9 @@ from xconf.runner import frozen_inputs
         ("training.attention_backend", "eager", "applied", "eager"),
         ("rollout.dtype", "bfloat16", "applied", "bfloat16"),
         ("batch.size", 3, "applied", 3),
+        # extended knobs: the synthetic engines have no code for them
+        ("training.remove_padding", False, "unsupported", None),
+        ("rollout.kv_cache_dtype", "auto", "unsupported", None),
     ],
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:

@@ -30,6 +30,11 @@ class TrainingScorerConfig:
     compute_dtype: str = "float32"
     sharding: str = "unsharded"
     device: str = "cpu"
+    # FSDP2 MixedPrecisionPolicy (``none``: no policy); only an FSDP2 model takes one.
+    param_dtype: str = "none"
+    reduce_dtype: str = "none"
+    # Score each request as one packed row (per-sample positions, no padding, no mask).
+    remove_padding: bool = False
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -50,7 +55,19 @@ class TrainingScorerConfig:
                 f"compute dtype {self.compute_dtype!r} not in {DTYPES}",
                 "training.compute_dtype",
             )
-        normalize_sharding(self.sharding)
+        sharding = normalize_sharding(self.sharding)
+        for name in ("param_dtype", "reduce_dtype"):
+            value = getattr(self, name)
+            if value != "none" and value not in DTYPES:
+                raise UnsupportedKnobError(
+                    "unsupported_value", f"{name} {value!r} not in {DTYPES}", f"training.{name}"
+                )
+            if value != "none" and sharding != "fsdp":
+                raise UnsupportedKnobError(
+                    "unsupported_value",
+                    f"{name}={value} is an FSDP2 MixedPrecisionPolicy; the model is unsharded",
+                    f"training.{name}",
+                )
 
     def fingerprint(self) -> str:
         canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -87,7 +104,22 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(layers)
 
 
-def apply_fsdp2(model: Any, device: str = "cpu", group: Any = None) -> dict[str, Any]:
+def mixed_precision(param_dtype: str, reduce_dtype: str) -> Any:
+    """The FSDP2 policy for two knob values (``none``: FSDP2's default for that field)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    def as_dtype(name: str) -> Any:
+        return None if name == "none" else getattr(torch, name)
+
+    return MixedPrecisionPolicy(
+        param_dtype=as_dtype(param_dtype), reduce_dtype=as_dtype(reduce_dtype)
+    )
+
+
+def apply_fsdp2(
+    model: Any, device: str = "cpu", group: Any = None, mp_policy: Any = None
+) -> dict[str, Any]:
     """``fully_shard`` every decoder layer and the root over ``group`` (None: the world).
 
     ``group`` is the training side's sub-group of a larger launched world: the FSDP degree
@@ -112,11 +144,12 @@ def apply_fsdp2(model: Any, device: str = "cpu", group: Any = None) -> dict[str,
 
         world = dist.get_world_size(group)
         mesh = DeviceMesh.from_group(group, device)
+    policy = {} if mp_policy is None else {"mp_policy": mp_policy}
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **policy)
     # The root too reshards after forward, so the registered parameters are the local
     # shards again when scoring ends (and the read-only digest compares like with like).
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True, **policy)
     return {"world_size": world, "backend": dist.get_backend(group)}
 
 
@@ -150,6 +183,7 @@ def readback(model: Any) -> dict[str, Any]:
         "training.compute_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
         "training.sharding": sharding,
         "training.fsdp_wrapped_modules": wrapped,
+        **_policy_readback(model if root_wrapped else None),
         # The ranks the parameters are really sharded over (the FSDP mesh), not the world.
         "training.world_size": _mesh_size(params),
         "training.launcher_world_size": dist.get_world_size() if dist.is_initialized() else 1,
@@ -164,3 +198,18 @@ def _mesh_size(params: list[Any]) -> int | None:
     if not sizes:
         return 1
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def _policy_readback(root: Any) -> dict[str, str]:
+    """The MixedPrecisionPolicy the FSDP2 root really runs with (``none`` per unset field)."""
+    if root is None:  # an unsharded model has no policy
+        return {"training.param_dtype": "none", "training.reduce_dtype": "none"}
+    policy = root._get_fsdp_state()._mp_policy
+
+    def name(dtype: Any) -> str:
+        return "none" if dtype is None else str(dtype).removeprefix("torch.")
+
+    return {
+        "training.param_dtype": name(policy.param_dtype),
+        "training.reduce_dtype": name(policy.reduce_dtype),
+    }

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
+from xconf.adapters.real.extended import EXTENDED as _EXTENDED
+from xconf.adapters.real.extended import rollout_extended, training_extended
 from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.runtime.protocol import (
     Engine,
@@ -115,8 +117,17 @@ class VllmHfRuntime:
         return self._record
 
     # -- materialization (pure) ---------------------------------------------------------------
-    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+    def _materialize(
+        self,
+        path: str,
+        side: Side,
+        value: KnobValue,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> KnobApplication:
+        """``knobs``: the case's other knob values (a mixed-precision policy needs FSDP2)."""
         spec = self.record
+        if path in _EXTENDED:
+            return _EXTENDED[path](self.device, path, side, value, knobs or {})
         if path == "batch.size":
             return planned_application(
                 path,
@@ -201,7 +212,7 @@ class VllmHfRuntime:
         sides: dict[Side, SideBinding] = {}
         for side in ("rollout", "training"):
             applications = tuple(
-                self._materialize(path, side, value)
+                self._materialize(path, side, value, knobs)
                 for path, value in sorted(knobs.items())
                 if path != "logp.backend" and KNOBS[path].side in (side, "both")
             )
@@ -277,6 +288,7 @@ class VllmHfRuntime:
                 tensor_parallel_size=tp,
                 logprobs_mode="raw_logprobs" if native else "raw_logits",
                 executor=executor,
+                **rollout_extended(values),
                 **options,
             )
             if executor == "external_launcher":  # one TP rank on every launched rank
@@ -297,6 +309,7 @@ class VllmHfRuntime:
             compute_dtype=binding.dtype,
             sharding=str(values["training.sharding"]),
             device=self.device,
+            **training_extended(values),
         )
         world = int(dict(binding.distributed_context)["world_size"])
         return OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(world))

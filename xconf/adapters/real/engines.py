@@ -99,11 +99,15 @@ class VllmRolloutSide:
         workers = live.get("rollout.workers") or []
         tp = {w["tp_world_size"] for w in workers}
         dtypes = {d for w in workers for d in w["param_dtypes"]}
+        kv = {d for w in workers for d in w["kv_cache_dtypes"]}
+        invariant = {w["batch_invariant"] for w in workers}
         out = {
             **live,
             # Worker-observed values take precedence over the resolved config.
             "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
             "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
+            "rollout.kv_cache_dtype": kv.pop() if len(kv) == 1 else None,
+            "rollout.batch_invariant": invariant.pop() if len(invariant) == 1 else None,
             "rollout.worker_state": repr(workers),
             "rollout.request_sizes": repr(live.get("rollout.request_sizes")),
         }
