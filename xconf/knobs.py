@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, get_args
 
 KnobValue = bool | int | str
 Lifecycle = Literal["request", "engine_construction", "process"]
@@ -15,8 +15,10 @@ ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
 # Lifecycles ordered from cheapest to most expensive to change.
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
 
-# The compute dtypes every side and operator understands, most precise first.
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+# The compute dtypes every side and operator understands, most precise first (the operator
+# contract's logits dtypes are this same list: xconf.operator_capability imports it).
+Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 
 DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
     {

@@ -13,12 +13,12 @@ from xconf.adapters.cpu_smoke.model import (
     build_model,
 )
 from xconf.errors import XconfError
-from xconf.knobs import DTYPES as DTYPE_NAMES_ORDERED
+from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 from xconf.schema import Identity
 
-DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES_ORDERED}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 PREFIX_BLOCK = 4  # tokens per cached prefix block
 
