@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 
 from tests.core.runs import attempt_doc, only, run_doc
+from xconf import session
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
-from xconf.cli import session
 from xconf.operator_capability import BackendCapability
 from xconf.ops.reference import ReferenceSelectedLogprob
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor

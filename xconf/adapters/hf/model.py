@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
 from xconf.knobs import DTYPES, KnobValueError, canonical
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
@@ -35,6 +34,7 @@ class TrainingScorerConfig:
     reduce_dtype: str = "none"
     # Score each request as one packed row (per-sample positions, no padding, no mask).
     remove_padding: bool = False
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -70,8 +70,7 @@ class TrainingScorerConfig:
                 )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:
@@ -86,7 +85,11 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
         ) from exc
     dtype = getattr(torch, cfg.compute_dtype)
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_path, dtype=dtype, attn_implementation=cfg.attention_backend
+        cfg.model_path,
+        dtype=dtype,
+        attn_implementation=cfg.attention_backend,
+        use_safetensors=True,  # never unpickle a checkpoint
+        trust_remote_code=cfg.trust_remote_code,
     )
     model.to(cfg.device)  # type: ignore[arg-type]
     return model

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import json
 import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
 from xconf.knobs import DTYPES
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
@@ -53,6 +52,8 @@ class RolloutEngineConfig:
     enable_chunked_prefill: bool | None = None
     max_num_batched_tokens: int | None = None
     batch_invariant: bool = False
+    tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
@@ -87,8 +88,7 @@ class RolloutEngineConfig:
             )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def _worker_state(worker: Any) -> dict[str, Any]:
@@ -171,7 +171,9 @@ class VllmRolloutEngine:
             ) from exc
         kwargs: dict[str, Any] = dict(
             model=cfg.model_path,
-            tokenizer=cfg.model_path,
+            tokenizer=cfg.tokenizer_path or cfg.model_path,
+            trust_remote_code=cfg.trust_remote_code,
+            load_format="safetensors",  # never a pickle checkpoint, even if one sits beside
             dtype=cfg.dtype,
             enable_prefix_caching=cfg.enable_prefix_caching,
             enforce_eager=cfg.enforce_eager,
