@@ -71,6 +71,8 @@ OPERATOR_CASE = [{"path": "logp.backend", "values": ["xconf.reference_logp"]}]
 
 def _scale(factor: float) -> Any:
     def hook(module: Any, args: Any, output: Any) -> Any:
+        if isinstance(output, tuple):  # transformers attention: (output, weights)
+            return (output[0] * factor, *output[1:])
         return output * factor
 
     return hook
@@ -98,9 +100,11 @@ class PlantedVllmHf(_Planted, VllmHfRuntime):
     pass
 
 
-def runtime(kind: str, plant: dict[str, Any] | None, layers: int = LAYERS) -> Any:
+def runtime(
+    kind: str, plant: dict[str, Any] | None, layers: int = LAYERS, arch: str = "qwen3"
+) -> Any:
     cls = PlantedHfPair if kind == "hf_pair" else PlantedVllmHf
-    adapter = cls(model={"num_hidden_layers": layers})
+    adapter = cls(model={"num_hidden_layers": layers, "arch": arch})
     adapter.plant = copy.deepcopy(plant)
     return adapter
 

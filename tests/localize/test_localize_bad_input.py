@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import sys
+
+import pytest
 
 from tests.adapters.conftest import needs_hf
 from tests.conftest import S0_JSON, snapshot
 from tests.localize.conftest import case_of, run_dir
+from xconf.cli import hydra_app
 
 
 @needs_hf
@@ -59,3 +63,17 @@ def test_architecture_without_a_name_map(xconf_cli, tmp_path) -> None:
     rc, _, err = xconf_cli("localize", run, case)
     assert rc == 2 and "[localize.no_name_map]" in err and "cpu-smoke" in err
     assert snapshot(run) == before
+
+
+def test_xconf_run_localize_option(monkeypatch, tmp_path, capsys) -> None:
+    """`xconf-run ... localize=true` localizes the failing cases (here: refused, no name map)."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    argv = ["+experiment=cpu_smoke", "allow_smoke_operators=true", f"output_root={out}"]
+    monkeypatch.setattr(sys, "argv", ["xconf-run", *argv, "localize=true"])
+    with pytest.raises(SystemExit) as info:
+        hydra_app.main()
+    _, err = capsys.readouterr()
+    assert info.value.code == 1
+    assert "[localize.no_name_map]" in err
+    assert not any((p / "localize").exists() for p in out.iterdir())

@@ -93,3 +93,18 @@ def test_report_draws_the_drift_chart(planted_run) -> None:
     page = render_html(build_report(run_dir(planted_run)))
     assert 'id="localize"' in page and 'data-plot="localize"' in page
     assert "first divergence: layer 3 MLP output" in page
+
+
+def test_llama_name_map_names_a_planted_attention(model_cache, tmp_path) -> None:
+    plant = {"side": "training", "module": "model.layers.1.self_attn", "factor": 1 + 1e-3}
+    summary = planted.run(
+        planted.experiment("planted-llama", planted.OPERATOR_CASE),
+        tmp_path,
+        planted.runtime("hf_pair", plant, layers=2, arch="llama"),
+    )
+    case = case_of(summary)
+    result = localize_case(
+        run_dir(summary), case, adapter=planted.runtime("hf_pair", plant, layers=2, arch="llama")
+    )
+    assert result.document["architecture"] == "LlamaForCausalLM"
+    assert result.line == "first divergence: layer 1 attention output"

@@ -96,11 +96,13 @@ class Recorder:
                 continue
             out[key] = [self._join(key, g, n - 1) for g, n in zip(groups, lengths, strict=True)]
         for key, name in self.names.items():
-            if name.read == "logits":
-                norm = next(
-                    k for k, n in self.names.items() if n.module == name.module and k != key
-                )
-                out[key] = [self._logits(rows) for rows in self._native(norm, groups, lengths)]
+            if name.read == "logits":  # the engine's logits over its own final-norm rows
+                if "final_norm" not in self.names:
+                    raise LocalizeError(
+                        "localize.bad_name_map", "logits need the final_norm tap", key
+                    )
+                rows = self._native("final_norm", groups, lengths)
+                out[key] = [self._logits(r) for r in rows]
         return {k: [t.float() for t in v] for k, v in out.items()}
 
     def _native(self, key: str, groups: list[list[int]], lengths: Sequence[int]) -> list[Any]:
@@ -111,8 +113,9 @@ class Recorder:
     def _logits(self, rows: Any) -> Any:
         import torch
 
+        device = next(self.model.parameters()).device
         with torch.no_grad():
-            return self.model.compute_logits(rows).detach().to("cpu", copy=True)
+            return self.model.compute_logits(rows.to(device)).detach().to("cpu", copy=True)
 
     def _join(self, key: str, forwards: list[int], keep: int, float32: bool = True) -> Any:
         import torch

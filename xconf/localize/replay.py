@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.errors import XconfError
 from xconf.localize.capture import Recorder, Rows
 from xconf.localize.errors import LocalizeError
-from xconf.localize.names import NameMap, Tap
+from xconf.localize.names import Flavour, NameMap, Tap
 from xconf.localize.sides import side_module
 from xconf.schema import Case, Identity
 
@@ -110,6 +111,14 @@ def check_replayable(case: Case) -> None:
         )
 
 
+@dataclass(frozen=True)
+class SidePasses:
+    """One side's captured passes and which kind of module (name-map side) produced them."""
+
+    flavour: Flavour
+    passes: tuple[Rows, ...]
+
+
 def score_side(
     adapter: Any,
     case: Case,
@@ -118,7 +127,7 @@ def score_side(
     names: NameMap,
     taps: Sequence[Tap],
     repeats: int,
-) -> list[Rows]:
+) -> SidePasses:
     """Build ``side``'s engine for ``case``, score ``repeats`` passes with taps, close it."""
     from xconf.runner import frozen_inputs
 
@@ -149,6 +158,6 @@ def score_side(
             with Recorder(module.module, names, module.flavour, taps) as recorder:
                 engine.score(inputs, identity, 1, None)
             passes.append(recorder.rows(lengths))
-        return passes
+        return SidePasses(module.flavour, tuple(passes))
     finally:
         engine.close()

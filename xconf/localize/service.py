@@ -41,13 +41,13 @@ class Localization:
     line: str
 
 
-def _tap_row(result: TapResult, names: Any) -> dict[str, Any]:
+def _tap_row(result: TapResult, names: Any, flavours: dict[str, Any]) -> dict[str, Any]:
     return {
         "key": result.tap.key,
         "label": result.tap.label,
         "kind": result.tap.kind,
         "layer": result.tap.layer,
-        "modules": {f: names.module(f, result.tap).module for f in ("hf", "vllm")},
+        "modules": {side: names.module(f, result.tap).module for side, f in flavours.items()},
         "case_relative": result.case.relative,
         "case_max_abs": result.case.max_abs,
         "baseline_cross": result.baseline_cross,
@@ -72,23 +72,24 @@ def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> 
     base, case = inputs.baseline, inputs.case
     rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
     rollout_case = (
-        rollout_base[0]
+        rollout_base
         if case.case_id == base.case_id
-        else score_side(adapter, case, "rollout", identity, names, tap_list, 1)[0]
+        else score_side(adapter, case, "rollout", identity, names, tap_list, 1)
     )
     training_base = score_side(adapter, base, "training", identity, names, tap_list, 2)
     training_case = (
-        training_base[0]
+        training_base
         if case.case_id == base.case_id
-        else score_side(adapter, case, "training", identity, names, tap_list, 1)[0]
+        else score_side(adapter, case, "training", identity, names, tap_list, 1)
     )
     results = analyse(
         tap_list,
-        (rollout_base[0], rollout_base[1]),
-        (training_base[0], training_base[1]),
-        rollout_case,
-        training_case,
+        (rollout_base.passes[0], rollout_base.passes[1]),
+        (training_base.passes[0], training_base.passes[1]),
+        rollout_case.passes[0],
+        training_case.passes[0],
     )
+    flavours = {"rollout": rollout_case.flavour, "training": training_case.flavour}
     first = first_divergence(results)
     line = verdict_line(first)
     document = {
@@ -115,8 +116,9 @@ def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> 
         "factor": FACTOR,
         "min_floor": MIN_FLOOR,
         "floor_definition": FLOOR_DEFINITION,
-        "taps": [_tap_row(r, names) for r in results],
-        "first_divergence": None if first is None else _tap_row(first, names),
+        "taps": [_tap_row(r, names, flavours) for r in results],
+        "first_divergence": None if first is None else _tap_row(first, names, flavours),
+        "sides": flavours,
         "line": line,
         "seconds": round(time.perf_counter() - started, 3),
     }
