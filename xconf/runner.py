@@ -281,9 +281,9 @@ class PairedRunner:
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
         )
-        # A measured duration is what happened, not the verdict: comparison.json stays a pure
-        # function of the scores (bitwise equal across processes), the time goes to actual.json.
-        actual["wall_s"] = time.perf_counter() - case_started  # engines built, both sides scored
+        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
+        # verdict document, which a rescore must reproduce byte for byte.
+        actual["wall_s"] = time.perf_counter() - case_started
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 
     def _score_sides(

@@ -193,8 +193,8 @@ def judge_cases(
             rollout_dtype=case.rollout_dtype,
             training_dtype=case.training_dtype,
         )
-        wall_s = time.perf_counter() - case_started
-        documents = _documents(index, case, identity, outcome.document, wall_s)
+        documents = _documents(index, case, identity, outcome.document)
+        documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {
             "score_rollout.safetensors": _tensors(rollout),
             "score_training.safetensors": _tensors(training),
@@ -217,7 +217,7 @@ def _tensors(score: SideScore) -> dict[str, torch.Tensor]:
 
 
 def _documents(
-    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any], wall_s: float
+    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any]
 ) -> dict[str, Any]:
     d = case.dump
     row = _plan_row(index, case)
@@ -236,7 +236,6 @@ def _documents(
         },
         "actual.json": {
             "sides": {},
-            "wall_s": wall_s,
             "dump": {
                 "file": d.path,
                 "sha256": d.sha256,
