@@ -80,3 +80,21 @@ def test_sequences_as_text_with_a_tokenizer(
     assert code == 0, err
     html = (run / "report.html").read_text()
     assert 'class="tok tok-over"' in html and "wall time" in html and "rollout_corr" in html
+
+
+def test_the_runs_own_tokenizer_is_found_without_a_flag(
+    checkpoints: dict[str, Path], tmp_path: Path, monkeypatch
+) -> None:
+    from xconf.adapters.models import ModelSpec, ensure_model
+    from xconf.report.tokens import default_decoder_factory
+
+    factory = default_decoder_factory(tmp_path)
+    # A user checkpoint run records where its tokenizer is in the frozen recipe.
+    local = {"tokenizer_id": "sha256:abc", "recipe": {"tokenizer_path": str(checkpoints["llama"])}}
+    decode = factory(local)
+    assert decode is not None and decode(40) != ""
+    # A tiny-model run names the factory tokenizer id; the model cache holds its files.
+    monkeypatch.setenv("XCONF_MODEL_CACHE", str(tmp_path / "cache"))
+    record = ensure_model(ModelSpec(), tmp_path / "cache")
+    assert default_decoder_factory(tmp_path)({"tokenizer_id": record.tokenizer_id}) is not None
+    assert default_decoder_factory(tmp_path)({"tokenizer_id": "xconf-bpe.v1-v512-0"}) is None
