@@ -35,7 +35,8 @@ def test_checkpoint_changed_mid_run_refuses_later_engines(
         scoring_mode="decode",
         recipe={},
     )
-    spec, _ = _spec("s2_cpu", "hf_pair", [])
+    # The S1 experiment (the one hf_pair runs), unsharded: no launcher needed.
+    spec, _ = _spec("s1_cpu_fsdp", "hf_pair", ["training.sharding=unsharded"])
     spec = replace(
         spec,
         identity=identity,

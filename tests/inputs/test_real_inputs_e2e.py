@@ -39,7 +39,8 @@ def _spec(experiment: str, runtime: str, overrides: list[str]) -> Any:
 def _run(experiment: str, runtime: str, overrides: list[str], out: Path, knob: Intervention):
     from omegaconf import OmegaConf
 
-    from xconf.session import instantiate_runtime, prepare, run_prepared
+    from xconf.runtime.loading import instantiate_runtime
+    from xconf.session import prepare, run_prepared
 
     spec, cfg = _spec(experiment, runtime, overrides)
     spec = replace(spec, interventions=(knob,))
@@ -122,9 +123,10 @@ def test_s1_hf_pair_on_a_local_llama_with_jsonl(
 ) -> None:
     data = write_jsonl(tmp_path / "prompts.jsonl", JSONL_ROWS)
     summary, adapter = _run(
-        "s2_cpu",
+        "s1_cpu_fsdp",
         "hf_pair",
         [
+            "training.sharding=unsharded",
             f"runtime.model.path={checkpoints['llama']}",
             f"identity.recipe.dataset.path={data}",
             "identity.recipe.dataset.max_tokens=6",
