@@ -250,6 +250,7 @@ class PairedRunner:
         )
         actual: dict[str, Any] = {"sides": {}}
         scores: dict[str, SideScore] = {}
+        case_started = time.perf_counter()
         try:
             with case_deadline(self.case_timeout_s):
                 self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
@@ -279,6 +280,7 @@ class PairedRunner:
             case_id=case.case.case_id,
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
+            wall_s=time.perf_counter() - case_started,  # engines (re)built and both sides scored
         )
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 

@@ -12,7 +12,8 @@ from xconf.knobs import KnobValue
 
 EXPERIMENT_SCHEMA_V1 = "cross_config.experiment_config.v1"
 PLAN_SCHEMA = "xconf.plan.v1"
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Always used with fullmatch: ``$`` alone would accept a trailing newline.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 Strategy = Literal["one_at_a_time", "pairwise"]
 CaseKind = Literal["baseline", "one_at_a_time", "pairwise"]
@@ -20,7 +21,7 @@ ScoringMode = Literal["decode", "prefill"]
 
 
 def is_safe_id(value: str) -> bool:
-    return bool(SAFE_ID.match(value)) and value not in {".", ".."} and ".." not in value
+    return bool(SAFE_ID.fullmatch(value)) and value not in {".", ".."} and ".." not in value
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from omegaconf import DictConfig
 
@@ -23,10 +23,12 @@ from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment
 from xconf.run_output import OutputPolicy, third_party_output
-from xconf.runner import CaseRecord, PairedRunner, RunSummary
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
 from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
+
+if TYPE_CHECKING:
+    from xconf.runner import CaseRecord, RunSummary
 
 Mode = Literal["plan", "run"]
 EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
@@ -116,6 +118,11 @@ def run_prepared(
             f"{scenario_device}; plan it with mode=plan or choose a {scenario_device} runtime",
             "scenario.device",
         )
+    check_inputs = getattr(adapter, "check_inputs", None)
+    if check_inputs is not None:  # the runtime's own input files (datasets): before any write
+        check_inputs(prepared.execution.plan.spec.identity)
+    from xconf.runner import PairedRunner  # torch: only a run needs it, never a plan
+
     publish_plan(prepared)
     runner = PairedRunner(
         prepared.execution,
@@ -178,15 +185,31 @@ class OutcomeReceiver(Protocol):
 
 
 def guarded(step: Callable[[], Outcome]) -> Outcome:
-    """Run one front-end step; invalid input becomes a printed coded error and exit 2."""
-    from omegaconf.errors import OmegaConfBaseException
+    """Run one front-end step: invalid input becomes a printed coded error and exit 2; a
+    SIGINT/SIGTERM stops it, ends every process it started and exits 130/143, recording no
+    verdict for the case in flight (the same command resumes)."""
+    from xconf.interrupts import Interrupted, end_descendants, stop_on_signals
 
     try:
-        return step()
+        with stop_on_signals():
+            return step()
+    except Interrupted as stop:
+        ended = end_descendants()
+        print(
+            f"xconf: {stop}; stopped (the case in flight has no verdict, {ended} child "
+            "process(es) ended); run the same command again to resume",
+            file=sys.stderr,
+        )
+        return Outcome(stop.exit_code)
     except XconfError as exc:
         report_error(exc)
         return Outcome(EXIT_INVALID, error=exc)
-    except OmegaConfBaseException as exc:  # e.g. an override with an unresolvable ${...}
+    except Exception as exc:
+        # An OmegaConf error (e.g. an override with an unresolvable ${...}) can only come from
+        # a step that loaded OmegaConf; `xconf plan` never does, so it is not imported here.
+        errors = sys.modules.get("omegaconf.errors")
+        if errors is None or not isinstance(exc, errors.OmegaConfBaseException):
+            raise
         key = getattr(exc, "full_key", None)
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         coded = ConfigError("config.unresolvable", message, str(key) if key else None)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from xconf import session
-from xconf.cli.render import ConsoleView
-from xconf.session import Outcome
+# Only argparse at module level: `xconf --help` answers before any of xconf's core is loaded.
+if TYPE_CHECKING:
+    from xconf.cli.render import ConsoleView
+    from xconf.session import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,11 +53,16 @@ def _parser() -> argparse.ArgumentParser:
         "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
+    from xconf.cli import judge, make_checkpoint
+
+    make_checkpoint.add_parser(sub)
+    judge.add_parser(sub)
     return parser
 
 
 def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
 
     spec = load_experiment_file(args.file)
@@ -63,6 +70,7 @@ def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf import session
     from xconf.config.strict import load_experiment_file
     from xconf.runtime.deadline import check_case_timeout
 
@@ -81,9 +89,22 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 
 def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.session import Outcome
     from xconf.verify import main_verify
 
     return Outcome(main_verify(args.run_dir, view.console))
+
+
+def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import judge
+
+    return Outcome(judge.run(args, view.console))
+
+
+def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import make_checkpoint
+
+    return Outcome(make_checkpoint.run(args, view.console))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     if extra and (args.command != "run" or any(e.startswith("-") for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
-    step = {"plan": _plan, "run": _run, "verify": _verify}[args.command]
+    from xconf import session
+    from xconf.cli.render import ConsoleView
+
+    step = {
+        "plan": _plan,
+        "run": _run,
+        "verify": _verify,
+        "judge": _judge,
+        "make-checkpoint": _make_checkpoint,
+    }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code
 

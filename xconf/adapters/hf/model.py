@@ -39,6 +39,7 @@ class TrainingScorerConfig:
     compute_dtype: str = "float32"
     sharding: str = "unsharded"
     device: str = "cpu"
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -77,7 +78,11 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
         ) from exc
     dtype = getattr(torch, cfg.compute_dtype)
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_path, dtype=dtype, attn_implementation=cfg.attention_backend
+        cfg.model_path,
+        dtype=dtype,
+        attn_implementation=cfg.attention_backend,
+        use_safetensors=True,  # never unpickle a checkpoint
+        trust_remote_code=cfg.trust_remote_code,
     )
     model.to(cfg.device)  # type: ignore[arg-type]
     return model
