@@ -1,4 +1,4 @@
-"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify` and `xconf report`."""
+"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
         help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
     )
     run.add_argument("--output-root", default="outputs")
+    run.add_argument(
+        "--localize",
+        action="store_true",
+        help="after the run, localize every failing case (see `xconf localize`)",
+    )
     verify = sub.add_parser(
         "verify",
         help="recompute every seal and verdict of a run offline "
@@ -55,9 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
     from xconf.cli import judge, make_checkpoint
+    from xconf.cli import localize as localize_cli
 
     make_checkpoint.add_parser(sub)
     judge.add_parser(sub)
+    localize_cli.add_parser(sub)
     return parser
 
 
@@ -85,6 +92,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
         case_timeout_s=args.case_timeout,
         view=view,
         verbose=args.verbose,
+        localize=args.localize,
     )
 
 
@@ -97,14 +105,22 @@ def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import judge
+    from xconf.session import Outcome
 
     return Outcome(judge.run(args, view.console))
 
 
 def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import make_checkpoint
+    from xconf.session import Outcome
 
     return Outcome(make_checkpoint.run(args, view.console))
+
+
+def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import localize as localize_cli
+
+    return localize_cli.step(args, view)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "verify": _verify,
         "judge": _judge,
         "make-checkpoint": _make_checkpoint,
+        "localize": _localize,
     }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code

@@ -18,6 +18,7 @@ APP_KEYS = frozenset(
         "runtime",
         "case_timeout_s",
         "verbose",
+        "localize",
     }
 )
 KNOB_ROOTS = ("batch", "rollout", "training", "logp")
