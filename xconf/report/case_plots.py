@@ -68,8 +68,9 @@ class CaseFigureRenderer:
         h.set_xlabel("|training − rollout| logprob (log scale)", fontsize=8, color=MUTED)
         h.set_ylabel("share of active tokens", fontsize=8, color=MUTED)
         log_axis(p, "y", *y_range)
+        self.y_floor = y_range[0]
         p.set_xlim(-0.5, last + 0.5)
-        p.set_xlabel("token position", fontsize=8, color=MUTED)
+        p.set_xlabel("token position (|diff| = 0 drawn on the floor)", fontsize=8, color=MUTED)
         p.set_title("drift by token position", fontsize=9, color=INK, loc="left")
         for ax in (h, p):
             style(ax)
@@ -195,16 +196,20 @@ class CaseFigureRenderer:
         points = [q for q in case.drift_profile if q.active and q.max_abs_diff is not None]
         self.prof_empty.set_visible(not points)
         xs = [q.position for q in points]
-        self.max_line.set_data(xs, [_positive(q.max_abs_diff) for q in points])
-        self.mean_line.set_data(xs, [_positive(q.mean_abs_diff) for q in points])
+        floor = self.y_floor
+        self.max_line.set_data(xs, [_floored(q.max_abs_diff, floor) for q in points])
+        self.mean_line.set_data(xs, [_floored(q.mean_abs_diff, floor) for q in points])
         self.hline.set_visible(bool(threshold))
         if threshold:
             self.hline.set_ydata([threshold, threshold])
 
 
-def _positive(value: float | None) -> float:
-    """Exact zeros are gaps on a log axis, not dives to its edge."""
-    return value if value is not None and value > 0 else math.nan
+def _floored(value: float | None, floor: float) -> float:
+    """An exact 0 (bitwise-equal sides) has no place on a log axis: it is drawn on the
+    axis floor so the line stays whole; a missing value stays a gap."""
+    if value is None or math.isnan(value):
+        return math.nan
+    return value if value > floor else floor
 
 
 def _percent_formatter() -> Any:

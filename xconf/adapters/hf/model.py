@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -40,6 +39,7 @@ class TrainingScorerConfig:
     compute_dtype: str = "float32"
     sharding: str = "unsharded"
     device: str = "cpu"
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -63,8 +63,7 @@ class TrainingScorerConfig:
         normalize_sharding(self.sharding)
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:
@@ -79,7 +78,11 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
         ) from exc
     dtype = getattr(torch, cfg.compute_dtype)
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_path, dtype=dtype, attn_implementation=cfg.attention_backend
+        cfg.model_path,
+        dtype=dtype,
+        attn_implementation=cfg.attention_backend,
+        use_safetensors=True,  # never unpickle a checkpoint
+        trust_remote_code=cfg.trust_remote_code,
     )
     model.to(cfg.device)  # type: ignore[arg-type]
     return model

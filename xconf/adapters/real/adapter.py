@@ -66,10 +66,21 @@ class VllmHfRuntime:
         max_model_len: int = 256,
         seed: int = 0,
         in_process: bool = True,
+        tokenizer: Mapping[str, Any] | None = None,
+        trust_remote_code: bool = False,
+        **unknown: Any,
     ) -> None:
+        from xconf.adapters.real.model_options import parse_model_options, reject_unknown
+
+        reject_unknown(unknown)  # e.g. +runtime.model_path=...: a coded error, not a TypeError
         self.device = device
-        self.default_model = dict(model or {})
+        self.model_options = parse_model_options(model, tokenizer, trust_remote_code)
         self.model_cache = model_cache
+        # A user checkpoint is checked (and digested once) now: a bad directory is a coded
+        # error before anything is written.
+        self._local_record = (
+            self.model_options.record({}, model_cache) if self.model_options.local else None
+        )
         self.engine_options: dict[str, Any] = {
             "kv_cache_memory_bytes": int(kv_cache_memory_bytes),
             "max_model_len": int(max_model_len),
@@ -90,9 +101,10 @@ class VllmHfRuntime:
         started = time.perf_counter()
         frozen, self._record = freeze(
             identity,
-            default_model=self.default_model,
+            model=self.model_options,
             cache_dir=self.model_cache,
             engine_options=options,
+            local_record=self._local_record,
         )
         self.timings["freeze_s"] += time.perf_counter() - started
         return frozen
@@ -227,9 +239,26 @@ class VllmHfRuntime:
         finally:
             self.timings["construction_s"] += time.perf_counter() - started
 
+    def check_inputs(self, identity: Identity) -> None:
+        """Everything checkable before a run writes anything: recipe keys, dataset rows."""
+        from xconf.adapters.real.identity import check_recipe
+
+        check_recipe(
+            identity,
+            self.model_options,
+            self.model_cache,
+            self._local_record,
+            int(self.engine_options["max_model_len"]),
+        )
+
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        from xconf.adapters.models import verify_unchanged
+
+        # Engines load weights now: a checkpoint replaced since the freeze is another model.
+        verify_unchanged(self.record, self.model_cache)
         values = {k.path: k.materialized for k in binding.knobs}
         path = self.record.path
+        trust = self.model_options.trust_remote_code
         if binding.side == "rollout":
             from xconf.adapters.real.engines import VllmRolloutSide
             from xconf.adapters.vllm.engine import RolloutEngineConfig
@@ -251,6 +280,8 @@ class VllmHfRuntime:
                 tensor_parallel_size=tp,
                 logprobs_mode="raw_logprobs" if native else "raw_logits",
                 executor=executor,
+                tokenizer_path=self.record.tokenizer_path,
+                trust_remote_code=trust,
                 **options,
             )
             return VllmRolloutSide(cfg)
@@ -264,6 +295,7 @@ class VllmHfRuntime:
                 compute_dtype=binding.dtype,
                 sharding=str(values["training.sharding"]),
                 device=self.device,
+                trust_remote_code=trust,
             )
         )
 

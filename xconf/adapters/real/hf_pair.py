@@ -120,7 +120,9 @@ class HfPairRuntime(VllmHfRuntime):
         if binding.side == "training":
             return super()._build_engine(binding, case)
         from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.models import verify_unchanged
 
+        verify_unchanged(self.record, self.model_cache)
         return HfReferenceSide(
             TrainingScorerConfig(
                 model_path=self.record.path,
@@ -128,5 +130,6 @@ class HfPairRuntime(VllmHfRuntime):
                 compute_dtype=binding.dtype,
                 sharding="unsharded",
                 device=self.device,
+                trust_remote_code=self.model_options.trust_remote_code,
             )
         )

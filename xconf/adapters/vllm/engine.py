@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import json
 import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -48,6 +47,8 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
+    tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.dtype not in _DTYPES:
@@ -82,8 +83,7 @@ class RolloutEngineConfig:
             )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def _worker_state(worker: Any) -> dict[str, Any]:
@@ -146,7 +146,9 @@ class VllmRolloutEngine:
             ) from exc
         kwargs: dict[str, Any] = dict(
             model=cfg.model_path,
-            tokenizer=cfg.model_path,
+            tokenizer=cfg.tokenizer_path or cfg.model_path,
+            trust_remote_code=cfg.trust_remote_code,
+            load_format="safetensors",  # never a pickle checkpoint, even if one sits beside
             dtype=cfg.dtype,
             enable_prefix_caching=cfg.enable_prefix_caching,
             enforce_eager=cfg.enforce_eager,
