@@ -11,6 +11,8 @@ from xconf.canonical import canonical_digest
 from xconf.knobs import KnobValue
 
 EXPERIMENT_SCHEMA_V1 = "cross_config.experiment_config.v1"
+# v2: the v1 shape, plus the extended knobs of xconf.knobs (docs/experiment-v2.md).
+EXPERIMENT_SCHEMA_V2 = "cross_config.experiment_config.v2"
 PLAN_SCHEMA = "xconf.plan.v1"
 # Always used with fullmatch: ``$`` alone would accept a trailing newline.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -54,11 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
-    from xconf.cli import judge, localize, make_checkpoint
+    from xconf.cli import judge, make_checkpoint
+    from xconf.cli import localize as localize_cli
 
     make_checkpoint.add_parser(sub)
     judge.add_parser(sub)
-    localize.add_parser(sub)
+    localize_cli.add_parser(sub)
     return parser
 
 
@@ -98,20 +99,22 @@ def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import judge
+    from xconf.session import Outcome
 
     return Outcome(judge.run(args, view.console))
 
 
-def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
-    from xconf.cli import localize
-
-    return localize.step(args, view)
-
-
 def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import make_checkpoint
+    from xconf.session import Outcome
 
     return Outcome(make_checkpoint.run(args, view.console))
+
+
+def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import localize as localize_cli
+
+    return localize_cli.step(args, view)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from xconf.artifacts.layout import read_regular, sha256_file
 from xconf.artifacts.safe_io import allocate_attempt_dir, publish_bytes, real_dir
+from xconf.errors import XconfError
 
 LOCALIZE_SCHEMA = "xconf.localize.v1"
 SEAL_SCHEMA = "xconf.localize.seal.v1"
@@ -92,7 +93,7 @@ def _sealed_document(path: Path) -> dict[str, Any] | None:
     try:
         seal = json.loads((read_regular(path / SEAL) or b"").decode("utf-8"))
         files = dict(seal["files"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, OSError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, OSError, XconfError):
         return None
     if seal.get("schema") != SEAL_SCHEMA or set(files) != set(FILES):
         return None
@@ -100,7 +101,7 @@ def _sealed_document(path: Path) -> dict[str, Any] | None:
         if any(sha256_file(path / name) != files[name] for name in FILES):
             return None
         document = json.loads((read_regular(path / "localize.json") or b"").decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, XconfError):
         return None
     return document if isinstance(document, dict) else None
 

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
-from xconf.knobs import KNOBS, KnobValue
+from xconf.adapters.real.extended import EXTENDED as _EXTENDED
+from xconf.adapters.real.extended import rollout_extended, training_extended
+from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
@@ -35,6 +37,15 @@ if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
+# Knobs passed to the engines' constructors as they are (see _build_engine).
+_CONSTRUCTION_KNOBS = frozenset(
+    {
+        "rollout.dtype",
+        "rollout.enable_prefix_caching",
+        "rollout.enforce_eager",
+        "training.compute_dtype",
+    }
+)
 
 
 def _process_group() -> tuple[tuple[str, Any], ...]:
@@ -118,8 +129,17 @@ class VllmHfRuntime:
         return self._record
 
     # -- materialization (pure) ---------------------------------------------------------------
-    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+    def _materialize(
+        self,
+        path: str,
+        side: Side,
+        value: KnobValue,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> KnobApplication:
+        """``knobs``: the case's other knob values (a mixed-precision policy needs FSDP2)."""
         spec = self.record
+        if path in _EXTENDED:
+            return _EXTENDED[path](self.device, path, side, value, knobs or {})
         if path == "batch.size":
             return planned_application(
                 path,
@@ -171,13 +191,15 @@ class VllmHfRuntime:
                 return planned_application(
                     path, side, value, value, "applied", "one unsharded module"
                 )
-            world = dict(_process_group())["world_size"]
-            if world < 2:
+            world = _world_size()
+            degree = side_worlds({path: value}).training
+            if world < degree:
                 return unsupported_application(
                     path,
                     side,
                     value,
-                    "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
+                    f"FSDP needs a process group of {degree} ranks, the launched world has "
+                    f"{world} (run under the torchrun launcher)",
                 )
             return planned_application(
                 path,
@@ -185,10 +207,16 @@ class VllmHfRuntime:
                 value,
                 value,
                 "applied",
-                f"FSDP2 fully_shard per decoder layer over {world} ranks",
+                f"FSDP2 fully_shard per decoder layer over ranks 0..{degree - 1} "
+                f"of the {world}-rank launched world",
             )
-        return planned_application(
-            path, side, value, value, "applied", "set at engine construction"
+        if path in _CONSTRUCTION_KNOBS:
+            return planned_application(
+                path, side, value, value, "applied", "set at engine construction"
+            )
+        # A knob this runtime has no code for is never reported as applied.
+        return unsupported_application(
+            path, side, value, f"the {self.runtime_kind} runtime has no {path}"
         )
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
@@ -196,7 +224,7 @@ class VllmHfRuntime:
         sides: dict[Side, SideBinding] = {}
         for side in ("rollout", "training"):
             applications = tuple(
-                self._materialize(path, side, value)
+                self._materialize(path, side, value, knobs)
                 for path, value in sorted(knobs.items())
                 if path != "logp.backend" and KNOBS[path].side in (side, "both")
             )
@@ -218,7 +246,16 @@ class VllmHfRuntime:
                 )
                 dtype = knobs["rollout.dtype"]
             else:
-                context, dtype = _process_group(), knobs["training.compute_dtype"]
+                # The training group is fixed by the training knobs alone: a rollout TP case
+                # launches more ranks, never a wider FSDP group.
+                pg = dict(_process_group())
+                context = (
+                    ("backend", pg["backend"]),
+                    ("rank", pg["rank"]),
+                    ("world_size", side_worlds(knobs).training),
+                    ("launcher_world_size", pg["world_size"]),
+                )
+                dtype = knobs["training.compute_dtype"]
             sides[side] = SideBinding(side, applications, str(dtype), context)
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -272,7 +309,7 @@ class VllmHfRuntime:
             }
             if executor == "external_launcher":
                 options["in_process"] = True
-            cfg = RolloutEngineConfig(
+            rollout_cfg = RolloutEngineConfig(
                 model_path=path,
                 dtype=binding.dtype,
                 enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
@@ -280,24 +317,34 @@ class VllmHfRuntime:
                 tensor_parallel_size=tp,
                 logprobs_mode="raw_logprobs" if native else "raw_logits",
                 executor=executor,
+                **rollout_extended(values),
                 tokenizer_path=self.record.tokenizer_path,
                 trust_remote_code=trust,
                 **options,
             )
-            return VllmRolloutSide(cfg)
-        from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.real.engines import HfTrainingSide
+            if executor == "external_launcher":  # one TP rank on every launched rank
+                return VllmRolloutSide(rollout_cfg)
+            from xconf.adapters.real.engines import OnSideRanks
+            from xconf.runtime.ranks import side_group
 
-        return HfTrainingSide(
-            TrainingScorerConfig(
-                model_path=path,
-                attention_backend=str(values["training.attention_backend"]),
-                compute_dtype=binding.dtype,
-                sharding=str(values["training.sharding"]),
-                device=self.device,
-                trust_remote_code=trust,
-            )
+            # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
+            # world is the training side's, and its other ranks receive rank 0's score.
+            return OnSideRanks(lambda _group: VllmRolloutSide(rollout_cfg), side_group(1))
+        from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
+
+        cfg = TrainingScorerConfig(
+            model_path=path,
+            attention_backend=str(values["training.attention_backend"]),
+            compute_dtype=binding.dtype,
+            sharding=str(values["training.sharding"]),
+            device=self.device,
+            trust_remote_code=trust,
+            **training_extended(values),
         )
+        world = int(dict(binding.distributed_context)["world_size"])
+        return OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(world))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -364,7 +411,7 @@ def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
         return (
             "auto",
             False,
-            f"engine core in its own process on each of the {world} launcher ranks",
+            f"engine core in its own process on rank 0 of the {world}-rank launched world",
         )
     if tp == 1:
         return "auto", True, "in-process engine"

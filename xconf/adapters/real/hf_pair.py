@@ -35,6 +35,10 @@ _ONLY = {
     "rollout.enforce_eager": (True, "the reference scorer has no graph/compiled mode"),
     "rollout.tensor_parallel_size": (1, "vocab-parallel TP needs the vocab-parallel operator"),
     "rollout.context_parallel_size": (1, "no context parallelism in the reference scorer"),
+    "rollout.kv_cache_dtype": ("auto", "a teacher-forced reference pass has no KV cache"),
+    "rollout.enable_chunked_prefill": (False, "the reference scores each request in one pass"),
+    "rollout.max_num_batched_tokens": (None, "the reference scorer has no scheduler budget"),
+    "rollout.batch_invariant": (False, "the reference scorer has no batch-invariant mode"),
 }
 
 
@@ -42,9 +46,11 @@ class HfReferenceSide:
     """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
 
     def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.real.engines import HfTrainingSide
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
 
-        self._inner = HfTrainingSide(cfg)
+        # One unsharded reference on rank 0; the other launched ranks receive its score.
+        self._inner = OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(1))
 
     @property
     def wrapped(self) -> Any:
@@ -69,6 +75,10 @@ class HfReferenceSide:
             "rollout.enforce_eager": True,
             "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
             "rollout.context_parallel_size": 1,
+            "rollout.world_size": live.get("training.world_size"),
+            "rollout.kv_cache_dtype": "auto",
+            "rollout.enable_chunked_prefill": False,
+            "rollout.batch_invariant": False,
             "batch.size": live.get("batch.size"),
             "rollout.attention_backend": live.get("training.attention_backend"),
         }
@@ -83,7 +93,13 @@ class HfPairRuntime(VllmHfRuntime):
     runtime_kind = "hf-pair"
     max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 2, "training": 2}
 
-    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+    def _materialize(
+        self,
+        path: str,
+        side: Side,
+        value: KnobValue,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> KnobApplication:
         if path in _ONLY:
             allowed, why = _ONLY[path]
             if value == allowed:
@@ -95,7 +111,10 @@ class HfPairRuntime(VllmHfRuntime):
             return planned_application(
                 path, side, value, value, "applied", "reference scorer compute dtype"
             )
-        return super()._materialize(path, side, value)
+        if side == "rollout" and path.startswith("rollout."):
+            # The rollout side is the reference scorer, never vLLM: no other rollout knob.
+            return unsupported_application(path, side, value, "not a reference-scorer setting")
+        return super()._materialize(path, side, value, knobs)
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         binding = super().bind(case, identity)

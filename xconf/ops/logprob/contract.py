@@ -42,11 +42,7 @@ from xconf.operator_capability import (
 )
 from xconf.ops.logprob.errors import LogprobContractError
 
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in LOGITS_DTYPES}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
