@@ -47,7 +47,7 @@ def test_config_group_file_with_overrides_builds_the_adapter() -> None:
 def test_unknown_option_names_the_key(config) -> None:
     with pytest.raises(ConfigError) as info:
         instantiate_runtime(config)
-    assert info.value.code == "config.unknown_key"
+    assert info.value.code == "runtime.unknown_option"
     assert info.value.path == "runtime.model_path"
     assert "runtime.model_path" in info.value.message
 
@@ -56,7 +56,7 @@ def test_overrides_follow_hydra_grammar_restricted_to_runtime() -> None:
     with pytest.raises(ConfigError) as unknown:
         load_runtime_config(CONF, "cpu_smoke", ["runtime.model_path=x"])
     assert (unknown.value.code, unknown.value.path) == (
-        "config.unknown_key",
+        "runtime.unknown_option",
         "runtime.model_path",
     )
     added = load_runtime_config(CONF, "cpu_smoke", ["+runtime.model_path=x"])

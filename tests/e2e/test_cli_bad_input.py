@@ -64,7 +64,7 @@ def test_unknown_runtime_option_is_a_coded_error(xconf_cli, tmp_path, override) 
         "run", S0_JSON, "--runtime", "cpu-smoke", override, "--output-root", out
     )
     assert rc == 2, stderr
-    assert "[config.unknown_key] at 'runtime.model_path'" in stderr
+    assert "[runtime.unknown_option] at 'runtime.model_path'" in stderr
     assert "Traceback" not in stderr
     assert not out.exists()
 

@@ -204,7 +204,7 @@ def test_unknown_runtime_option_exits_2_naming_the_key(xconf_run_inprocess, tmp_
         "+experiment=cpu_smoke", "+runtime.model_path=x", f"output_root={out_root}"
     )
     assert code == 2, err
-    assert "[config.unknown_key] at 'runtime.model_path'" in err
+    assert "[runtime.unknown_option] at 'runtime.model_path'" in err
     assert not out_root.exists()
 
 

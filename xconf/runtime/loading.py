@@ -3,7 +3,7 @@
 The adapter is built with ``hydra.utils.instantiate`` (``_target_`` names its class; the
 core never imports an adapter module). Its options are checked against the class's
 signature first, so an option the adapter does not take (``+runtime.model_path=x``) is a
-coded ``config.unknown_key`` naming the key (exit 2), never a ``TypeError`` traceback.
+coded ``runtime.unknown_option`` naming the key (exit 2), never a ``TypeError`` traceback.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
 def _unknown(target: str, options: Sequence[str]) -> ConfigError:
     keys = ", ".join(f"runtime.{o}" for o in options)
     return ConfigError(
-        "config.unknown_key",
+        "runtime.unknown_option",
         f"the runtime {target} has no option {keys}",
         f"runtime.{options[0]}",
     )
