@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.artifacts.layout import read_regular, sha256_file
-from xconf.artifacts.safe_io import allocate_attempt_dir, ensure_real_dir, publish_bytes
+from xconf.artifacts.safe_io import allocate_attempt_dir, publish_bytes, real_dir
 from xconf.errors import XconfError
 
 LOCALIZE_SCHEMA = "xconf.localize.v1"
@@ -59,31 +59,34 @@ def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, A
 
     from xconf.artifacts.store import json_bytes
 
-    parent = ensure_real_dir(run_path, "localize", case_id, attempt_id)
-    localize_id, directory = allocate_attempt_dir(parent)
-    path = directory.path
-    payloads = {
-        "localize.json": json_bytes({**document, "localize_id": localize_id}),
+    payloads_of = {
         "taps.safetensors": save(
             {k: v.contiguous() for k, v in tap_tensors(document).items()},
             metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
         ),
     }
-    try:
-        digests = {
-            name: publish_bytes(directory, name, payloads[name], staging=parent) for name in FILES
-        }
-        seal = {
-            "schema": SEAL_SCHEMA,
-            "case_id": case_id,
-            "attempt_id": attempt_id,
-            "localize_id": localize_id,
-            "files": digests,
-        }
-        publish_bytes(directory, SEAL, json_bytes(seal), staging=parent)
-    finally:
-        directory.close()
-    return Published(path, localize_id)
+    with real_dir(run_path, "localize", case_id, attempt_id) as parent:
+        localize_id, directory = allocate_attempt_dir(parent)
+        try:
+            payloads = {
+                "localize.json": json_bytes({**document, "localize_id": localize_id}),
+                **payloads_of,
+            }
+            digests = {
+                name: publish_bytes(directory, name, payloads[name], staging=parent)
+                for name in FILES
+            }
+            seal = {
+                "schema": SEAL_SCHEMA,
+                "case_id": case_id,
+                "attempt_id": attempt_id,
+                "localize_id": localize_id,
+                "files": digests,
+            }
+            publish_bytes(directory, SEAL, json_bytes(seal), staging=parent)
+        finally:
+            directory.close()
+        return Published(parent.path / localize_id, localize_id)
 
 
 def _sealed_document(path: Path) -> dict[str, Any] | None:
