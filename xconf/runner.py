@@ -280,8 +280,10 @@ class PairedRunner:
             case_id=case.case.case_id,
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
-            wall_s=time.perf_counter() - case_started,  # engines (re)built and both sides scored
         )
+        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
+        # verdict document, which a rescore must reproduce byte for byte.
+        actual["wall_s"] = time.perf_counter() - case_started
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 
     def _score_sides(

@@ -232,11 +232,13 @@ def run(
     resume: bool,
     case_timeout_s: float | None,
     view: View | None,
+    localize: bool = False,
 ) -> Outcome:
     """Plan, score every case on both sides, judge, seal; then the verdict and the report.
 
     ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
-    sweep's parent gathers and reports.
+    sweep's parent gathers and reports. ``localize``: after the verdict, localize every
+    failing case (:mod:`xconf.cli.localize`) before the report is written.
     """
     adapter = instantiate_runtime(runtime)
     prepared = prepare(
@@ -251,14 +253,31 @@ def run(
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
-    return conclude(summary, view, prepared)
+    after_verdict = None
+    if localize:
+        from xconf.cli.localize import localize_failing
+
+        def after_verdict() -> None:
+            localize_failing(summary, adapter, view.console)
+
+    return conclude(summary, view, prepared, after_verdict)
 
 
-def conclude(summary: RunSummary, view: View, prepared: Prepared | None = None) -> Outcome:
-    """The verdict table, then the report (never on the verdict's path: it cannot change it)."""
+def conclude(
+    summary: RunSummary,
+    view: View,
+    prepared: Prepared | None = None,
+    after_verdict: Callable[[], None] | None = None,
+) -> Outcome:
+    """The verdict table, then the report (never on the verdict's path: it cannot change it).
+
+    ``after_verdict`` runs between the two (``--localize``), so the report includes it.
+    """
     from xconf.report.writer import report_after_run
 
     view.verdict(summary)
+    if after_verdict is not None:
+        after_verdict()
     report_after_run(summary.experiment_dir, view.console)
     return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
 

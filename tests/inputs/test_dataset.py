@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,16 +43,6 @@ def test_verl_parquet_and_jsonl_rows(checkpoints: dict[str, Path], tmp_path: Pat
     assert picked == load_prompt_ids(opts, tok, 512, 256)  # the shuffle is seeded
 
 
-def _no_template(checkpoints: dict[str, Path], tmp_path: Path) -> Path:
-    ckpt = tmp_path / "no_template"
-    shutil.copytree(checkpoints["qwen3"], ckpt)
-    cfg_path = ckpt / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg.pop("chat_template")
-    cfg_path.write_text(json.dumps(cfg))
-    return ckpt
-
-
 BAD_ROWS = [
     ([{"prompt": "ok"}, {"data_source": "x"}], "dataset.no_prompt", "row 1"),
     ([{"prompt_ids": [1, 99999]}], "dataset.bad_prompt_ids", "row 0"),
@@ -87,28 +75,3 @@ def test_bad_dataset_options_are_coded(tmp_path: Path) -> None:
         with pytest.raises(XconfError) as err:
             parse_dataset(node, DEFAULTS)
         assert (err.value.code, err.value.path) == (code, f"identity.recipe.dataset.{where}")
-
-
-def test_chat_rows_without_template_exit_2_and_write_nothing(
-    checkpoints: dict[str, Path], tmp_path: Path
-) -> None:
-    """Through xconf-run: the dataset is checked before the plan or any attempt is written."""
-    from tests.conftest import snapshot
-    from tests.e2e.test_hydra_app import _xconf_run
-
-    ckpt = _no_template(checkpoints, tmp_path)
-    data = write_verl_parquet(tmp_path / "verl.parquet")
-    (tmp_path / "cwd").mkdir()
-    before = snapshot(ckpt)
-    proc = _xconf_run(
-        tmp_path / "cwd",
-        "+experiment=s2_cpu",
-        "runtime=vllm_hf",
-        f"runtime.model.path={ckpt}",
-        f"identity.recipe.dataset.path={data}",
-        f"output_root={tmp_path / 'out'}",
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "[dataset.no_chat_template]" in proc.stderr and f"{data}:row 0" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "out").exists() and snapshot(ckpt) == before

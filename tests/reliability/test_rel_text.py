@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.reliability.relhelpers import cli_output, s0_document, write_experiment
+from tests.reliability.relruntimes import RaisingRuntime
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError
 from xconf.schema import is_safe_id
@@ -84,3 +85,45 @@ def test_other_scenario_keys_stay_free_form_metadata() -> None:
     document["scenario"] = {"level": "S0", "device": "cpu", **metadata}
     spec = parse_experiment(document)
     assert dict(spec.scenario.fields) == metadata
+
+
+class MarkupRaisingRuntime(RaisingRuntime):
+    """Raises mid-score (rollout.dtype=bfloat16 only) with brackets in its message."""
+
+    def fault(self) -> None:
+        raise RuntimeError(MESSAGE)
+
+
+@pytest.mark.slow
+def test_hydra_run_with_bracketed_runtime_error_and_expected_scenario_key(
+    tmp_path: Path,
+) -> None:
+    """End to end: the error case is sealed, its message printed verbatim, report.html
+    written; ``+scenario.expected_outcome=pass`` is refused before anything is written."""
+    from hydra import compose, initialize_config_dir
+
+    from xconf.cli.hydra_app import run_from_config
+    from xconf.session import conf_dir
+
+    root = tmp_path / "hydra"
+    overrides = [
+        "+experiment=cpu_smoke",
+        "allow_smoke_operators=true",
+        "runtime._target_=tests.reliability.test_rel_text:MarkupRaisingRuntime",
+        f"output_root={root}",
+    ]
+    sink = io.StringIO()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        refused = [*overrides, "+scenario.expected_outcome=pass"]
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            assert run_from_config(compose("config", overrides=refused), refused, "cpu_smoke") == 2
+        assert "config.cli_only_key" in sink.getvalue() and not root.exists()
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            code = run_from_config(compose("config", overrides=overrides), overrides, "cpu_smoke")
+    out = sink.getvalue()
+    assert code == 1, out
+    assert MESSAGE in out.replace("\n", " ") or "[/dev/nvidia0]" in out, out
+    assert "MarkupError" not in out and "Traceback" not in out
+    reports = list(root.rglob("report.html"))
+    assert len(reports) == 1 and reports[0].stat().st_size > 0

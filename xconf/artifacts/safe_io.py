@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -134,10 +135,13 @@ def publish_bytes(
     ``staging`` means a crash between the link and the unlink never leaves a stray entry
     inside ``directory``: a sealed attempt holds exactly its payloads and ``COMPLETE``.
     """
-    import hashlib
-
     target, close_target = _as_dir(directory)
-    stage, close_stage = (target, False) if staging is None else _as_dir(staging)
+    try:
+        stage, close_stage = (target, False) if staging is None else _as_dir(staging)
+    except BaseException:
+        if close_target:
+            target.close()
+        raise
     final = target.path / name
     prefix = f".{name}" if staging is None else f".{target.path.name}.{name}"
     tmp = f"{prefix}.tmp-{secrets.token_hex(6)}"

@@ -1,4 +1,4 @@
-"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify` and `xconf report`."""
+"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
     )
     run.add_argument("--output-root", default="outputs")
+    run.add_argument(
+        "--localize",
+        action="store_true",
+        help="after the run, localize every failing case (see `xconf localize`)",
+    )
     verify = sub.add_parser(
         "verify",
         help="recompute every seal and verdict of a run offline "
@@ -50,9 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
     from xconf.cli import judge, make_checkpoint
+    from xconf.cli import localize as localize_cli
 
     make_checkpoint.add_parser(sub)
     judge.add_parser(sub)
+    localize_cli.add_parser(sub)
     return parser
 
 
@@ -79,6 +86,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
         resume=not args.no_resume,
         case_timeout_s=args.case_timeout,
         view=view,
+        localize=args.localize,
     )
 
 
@@ -91,14 +99,22 @@ def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import judge
+    from xconf.session import Outcome
 
     return Outcome(judge.run(args, view.console))
 
 
 def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.cli import make_checkpoint
+    from xconf.session import Outcome
 
     return Outcome(make_checkpoint.run(args, view.console))
+
+
+def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import localize as localize_cli
+
+    return localize_cli.step(args, view)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "verify": _verify,
         "judge": _judge,
         "make-checkpoint": _make_checkpoint,
+        "localize": _localize,
     }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code

@@ -10,12 +10,12 @@ naming the file and key.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from xconf.artifacts.layout import UNBOUNDED, sha256_file
 from xconf.errors import XconfError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
@@ -57,11 +57,8 @@ class Dump:
 
 
 def sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """A dump's digest: the one file digest (artifacts/layout.py), unbounded, links followed."""
+    return sha256_file(path, limit=UNBOUNDED, follow=True)
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -192,9 +192,9 @@ def judge_cases(
             case_id=case.case_id,
             rollout_dtype=case.rollout_dtype,
             training_dtype=case.training_dtype,
-            wall_s=time.perf_counter() - case_started,
         )
         documents = _documents(index, case, identity, outcome.document)
+        documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {
             "score_rollout.safetensors": _tensors(rollout),
             "score_training.safetensors": _tensors(training),

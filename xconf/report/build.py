@@ -185,7 +185,7 @@ def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
         else (),
         attempts=attempts,
         problems=tuple(problems),
-        wall_s=stats.as_float(comparison.get("wall_s")),
+        wall_s=stats.as_float(payload.actual.get("wall_s")) if payload else None,
         rollout_correction=_mapping_or_none(comparison.get("rollout_correction")),
         sequences=sequences(identity, diffs, decode) if diffs is not None and decode else (),
     )

@@ -41,6 +41,7 @@ class PlotImage:
     png_base64: str
     alt: str
     threshold_line: float | None
+    caption: str = ""  # text shown with the figure, as page text rather than pixels
 
 
 def mpl() -> tuple[Any, Any]:

@@ -20,6 +20,7 @@ import json
 import os
 import stat
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,14 @@ from xconf.adapters.models.factory import (
     MANIFEST,
     ModelRecord,
     default_cache_dir,
-    sha256_file,
 )
+from xconf.artifacts import layout
+from xconf.artifacts.safe_io import write_file
+from xconf.errors import ArtifactError
+
+# The one file digest (artifacts/layout.py), unbounded and following a snapshot's links:
+# checkpoint files are not run artifacts.
+sha256_file = partial(layout.sha256_file, limit=layout.UNBOUNDED, follow=True)
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TOKENIZER_FILES = (
@@ -85,13 +92,9 @@ class DigestCache:
 
     def _store(self, directory: Path, files: Mapping[str, Any]) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            target = self._file(directory)
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
             doc = {"version": DIGEST_VERSION, "path": str(directory.resolve()), "files": files}
-            tmp.write_text(json.dumps(doc, sort_keys=True))
-            os.replace(tmp, target)
-        except OSError:
+            write_file(self._file(directory), json.dumps(doc, sort_keys=True).encode())
+        except (OSError, ArtifactError):
             return  # an unwritable cache costs time on the next run, never correctness
 
     def digest(self, directory: Path, names: tuple[str, ...] | None = None) -> str:

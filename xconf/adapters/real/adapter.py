@@ -365,6 +365,11 @@ class _Timed:
         self._engine = engine
         self._timings = timings
 
+    @property
+    def wrapped(self) -> Engine:
+        """The engine itself (``xconf localize`` hooks the module inside it)."""
+        return self._engine
+
     def readback(self) -> Mapping[str, KnobValue | None]:
         return self._engine.readback()
 

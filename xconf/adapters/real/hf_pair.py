@@ -53,6 +53,11 @@ class HfReferenceSide:
         # One unsharded reference on rank 0; the other launched ranks receive its score.
         self._inner = OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(1))
 
+    @property
+    def wrapped(self) -> Any:
+        """The transformers scorer underneath (``xconf localize`` hooks its module)."""
+        return self._inner
+
     def score(
         self,
         inputs: FrozenInputs,

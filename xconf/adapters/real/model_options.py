@@ -108,5 +108,5 @@ def reject_unknown(options: Mapping[str, Any]) -> None:
     for key in sorted(options):
         hint = " (a checkpoint directory is runtime.model.path)" if "path" in key else ""
         raise ConfigError(
-            "config.unknown_key", f"unknown runtime option '{key}'{hint}", f"runtime.{key}"
+            "runtime.unknown_option", f"unknown runtime option '{key}'{hint}", f"runtime.{key}"
         )
