@@ -46,7 +46,12 @@ def _cases(checkpoints: dict[str, Path], root: Path) -> list[tuple[str, list[str
             "dataset.no_prompt",
             f"{no_prompt}:row 1",
         ),
-        ("unknown_option", ["+runtime.model_path=/x"], "config.unknown_key", "runtime.model_path"),
+        (
+            "unknown_option",
+            ["+runtime.model_path=/x"],
+            "runtime.unknown_option",
+            "runtime.model_path",
+        ),
     ]
 
 
