@@ -96,8 +96,10 @@ def _interleaved(
 ) -> dict[str, float]:
     """Median seconds of each function, run round-robin so load hits them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for repeat in range(repeats):
+        # Every other repeat in reverse order, so no variant always runs after another.
+        order = list(fns.items()) if repeat % 2 == 0 else list(fns.items())[::-1]
+        for name, fn in order:
             if sync is not None:
                 sync()
             if device == "cuda":

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # only argparse at module level: `xconf --help` imports this module
+    from rich.console import Console
+    from rich.table import Table
 
-from xconf.errors import XconfError
-from xconf.session import EXIT_OK, Outcome, report_error
+    from xconf.session import Outcome
 
 FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
 
@@ -34,6 +34,9 @@ def add_parser(sub: Any) -> None:
 
 
 def drift_table(document: dict[str, Any]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(
         title=f"drift by tap: case {document['case_id']} vs baseline floor "
         f"(diverges above {document['factor']:g}x floor)"
@@ -41,7 +44,7 @@ def drift_table(document: dict[str, Any]) -> Table:
     for column in ("tap", "relative diff", "floor", "x floor", ""):
         table.add_column(column, justify="left" if column == "tap" else "right")
     for row in document["taps"]:
-        mark = "[bold red]above[/]" if row["above"] else ""
+        mark = Text("above", style="bold red") if row["above"] else Text("")
         table.add_row(
             row["label"],
             f"{row['case_relative']:.3g}",
@@ -69,6 +72,8 @@ def localize_one(
 
 def step(args: argparse.Namespace, view: Any) -> Outcome:
     """`xconf localize`: one session step (coded errors become exit 2 in ``session.guarded``)."""
+    from xconf.session import EXIT_OK, Outcome
+
     localize_one(args.run_dir, args.case_id, view.console, runtime=args.runtime)
     return Outcome(EXIT_OK)
 
@@ -76,6 +81,9 @@ def step(args: argparse.Namespace, view: Any) -> Outcome:
 def localize_failing(summary: Any, adapter: Any, console: Console) -> None:
     """After a run: localize every failing case with the run's adapter; a case that cannot
     be localized is reported with its coded error and the others still run."""
+    from xconf.errors import XconfError
+    from xconf.session import report_error
+
     failing = [r for r in summary.records if r.result in FAILING]
     if not failing:
         console.print("localize: no failing case")

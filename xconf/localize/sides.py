@@ -36,11 +36,19 @@ def _nothing() -> None:
 def side_module(engine: Any, side: str) -> SideModule:
     import torch
 
-    from xconf.adapters.real.engines import HfTrainingSide, VllmRolloutSide
+    from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks, VllmRolloutSide
 
     inner = engine
-    while hasattr(inner, "wrapped"):
-        inner = inner.wrapped
+    while hasattr(inner, "wrapped") or isinstance(inner, OnSideRanks):
+        # _Timed and hf_pair's reference side expose ``wrapped``; OnSideRanks holds the
+        # engine on its side's member ranks (every rank in a one-process world)
+        inner = inner.engine if isinstance(inner, OnSideRanks) else inner.wrapped
+        if inner is None:
+            raise LocalizeError(
+                "localize.unsupported_topology",
+                f"this rank holds no {side} engine (not a member of its side's ranks)",
+                f"runtime.{side}",
+            )
     if isinstance(inner, VllmRolloutSide):
         cfg = inner.engine.cfg
         if not cfg.in_process or cfg.tensor_parallel_size != 1 or cfg.executor != "auto":

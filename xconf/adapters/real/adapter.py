@@ -18,6 +18,11 @@ from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
 from xconf.adapters.real.extended import EXTENDED as _EXTENDED
 from xconf.adapters.real.extended import rollout_extended, training_extended
+from xconf.adapters.real.placement import (
+    launched_world_size,
+    process_group_context,
+    rollout_executor,
+)
 from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.runtime.protocol import (
     Engine,
@@ -46,18 +51,6 @@ _CONSTRUCTION_KNOBS = frozenset(
         "training.compute_dtype",
     }
 )
-
-
-def _process_group() -> tuple[tuple[str, Any], ...]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return (
-            ("backend", str(dist.get_backend())),
-            ("rank", dist.get_rank()),
-            ("world_size", dist.get_world_size()),
-        )
-    return (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 
 class VllmHfRuntime:
@@ -107,7 +100,9 @@ class VllmHfRuntime:
         from xconf.adapters.real.identity import freeze
 
         options = dict(self.engine_options)
-        if _world_size() > 1:  # under a launcher: the baseline engine core gets its own process
+        if (
+            launched_world_size() > 1
+        ):  # under a launcher: the baseline engine core gets its own process
             options["in_process"] = False
         started = time.perf_counter()
         frozen, self._record = freeze(
@@ -152,7 +147,7 @@ class VllmHfRuntime:
         if path == "rollout.tensor_parallel_size":
             heads = _heads(spec)
             cores = os.cpu_count() or 1
-            world = _world_size()
+            world = launched_world_size()
             if any(h % int(value) for h in heads):
                 return unsupported_application(
                     path, side, value, f"{heads} heads do not split over TP={value}"
@@ -169,7 +164,7 @@ class VllmHfRuntime:
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
             return planned_application(
-                path, side, value, value, "applied", _rollout_executor(int(value), world)[2]
+                path, side, value, value, "applied", rollout_executor(int(value), world)[2]
             )
         if path == "rollout.context_parallel_size":
             if value == 1:
@@ -191,7 +186,7 @@ class VllmHfRuntime:
                 return planned_application(
                     path, side, value, value, "applied", "one unsharded module"
                 )
-            world = _world_size()
+            world = launched_world_size()
             degree = side_worlds({path: value}).training
             if world < degree:
                 return unsupported_application(
@@ -230,8 +225,8 @@ class VllmHfRuntime:
             )
             if side == "rollout":
                 tp = int(knobs["rollout.tensor_parallel_size"])
-                world, rank = _world_size(), dict(_process_group())["rank"]
-                executor, in_process, _ = _rollout_executor(tp, world)
+                world, rank = launched_world_size(), dict(process_group_context())["rank"]
+                executor, in_process, _ = rollout_executor(tp, world)
                 backend = {"external_launcher": "vllm-external-launcher"}.get(
                     executor,
                     "vllm-in-process"
@@ -248,7 +243,7 @@ class VllmHfRuntime:
             else:
                 # The training group is fixed by the training knobs alone: a rollout TP case
                 # launches more ranks, never a wider FSDP group.
-                pg = dict(_process_group())
+                pg = dict(process_group_context())
                 context = (
                     ("backend", pg["backend"]),
                     ("rank", pg["rank"]),
@@ -302,7 +297,7 @@ class VllmHfRuntime:
 
             native = case.operator("rollout").runtime_native
             tp = int(values["rollout.tensor_parallel_size"] or 1)
-            executor, in_process, _ = _rollout_executor(tp, _world_size())
+            executor, in_process, _ = rollout_executor(tp, launched_world_size())
             options = {
                 **self.engine_options,
                 "in_process": in_process and self.engine_options["in_process"],
@@ -393,29 +388,6 @@ class _Timed:
 
     def close(self) -> None:
         self._engine.close()
-
-
-def _world_size() -> int:
-    return int(dict(_process_group())["world_size"])
-
-
-def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
-    """(executor, engine core in-process?, evidence) for a rollout TP inside a launcher world."""
-    if world > 1 and tp == world:
-        return (
-            "external_launcher",
-            True,
-            f"vLLM external_launcher: one TP rank per launcher rank ({world})",
-        )
-    if world > 1:
-        return (
-            "auto",
-            False,
-            f"engine core in its own process on rank 0 of the {world}-rank launched world",
-        )
-    if tp == 1:
-        return "auto", True, "in-process engine"
-    return "auto", True, "multiprocess executor, one worker per TP rank"
 
 
 def _heads(record: ModelRecord) -> tuple[int, int]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _process_group
+from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime
+from xconf.adapters.real.placement import process_group_context
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import (
     Engine,
@@ -122,7 +123,11 @@ class HfPairRuntime(VllmHfRuntime):
             "rollout",
             binding.rollout.knobs,
             binding.rollout.dtype,
-            (("backend", "none"), ("rank", dict(_process_group())["rank"]), ("world_size", 1)),
+            (
+                ("backend", "none"),
+                ("rank", dict(process_group_context())["rank"]),
+                ("world_size", 1),
+            ),
         )
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
