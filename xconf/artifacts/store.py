@@ -6,7 +6,7 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,8 +234,17 @@ class ExperimentStore:
             return bad("COMPLETE and comparison.json disagree on the result", seal)
         return AttemptCheck(case_id, attempt_id, path, None, seal)
 
-    def find_reusable(self, case_id: str, execution_key: str) -> AttemptCheck | None:
-        """The newest valid, sealed attempt with this execution key and a reusable result."""
+    def find_reusable(
+        self,
+        case_id: str,
+        execution_key: str,
+        accept: Callable[[AttemptCheck], bool] | None = None,
+    ) -> AttemptCheck | None:
+        """The newest valid, sealed attempt with this execution key and a reusable result.
+
+        ``accept`` may still refuse a candidate (the runner re-judges it from its tensors);
+        an older candidate is tried next.
+        """
         for path in self.attempts(case_id):
             check = self.verify_attempt(path)
             if not check.valid or check.seal is None:
@@ -243,6 +252,8 @@ class ExperimentStore:
             if check.seal.get("execution_key") != execution_key:
                 continue
             if check.seal.get("result") in NON_REUSABLE_RESULTS:
+                continue
+            if accept is not None and not accept(check):
                 continue
             return check
         return None

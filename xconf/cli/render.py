@@ -75,7 +75,7 @@ def verdict_table(summary: RunSummary) -> Table:
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
             r.case_id,
-            r.label,
+            r.label + ("" if r.intervention_applied else " (intervention not applied)"),
             f"[{style}]{r.result}[/]",
             str(r.active_tokens),
             str(r.mismatches),

@@ -119,6 +119,10 @@ class CaseReport:
     materialization: tuple[KnobRow, ...]
     attempts: tuple[AttemptInfo, ...]
     problems: tuple[str, ...]
+    # False: a declared knob was not run as requested (no strict execution); the verdict
+    # stands, but the case is no evidence about the knob and is left out of the ranking.
+    intervention_applied: bool = True
+    engines: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def severity(self) -> int:

@@ -12,7 +12,7 @@ from xconf.adapters.cpu_smoke.model import (
     SyntheticModelConfig,
     build_model,
 )
-from xconf.errors import XconfError
+from xconf.errors import IdentityViolation, XconfError
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 from xconf.schema import Identity
@@ -42,7 +42,7 @@ class _SyntheticEngine:
 
     def _check_identity(self, inputs: FrozenInputs, identity: Identity) -> None:
         if identity.checkpoint_id != self.config.checkpoint_id:
-            raise XconfError(
+            raise IdentityViolation(
                 "runtime.checkpoint_mismatch",
                 f"identity names checkpoint '{identity.checkpoint_id}', the synthetic model is "
                 f"'{self.config.checkpoint_id}'",
