@@ -18,9 +18,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from xconf.adapters.real.adapter import VllmHfRuntime
-from xconf.cli.session import prepare, run_prepared
 from xconf.config.hydra_document import experiment_document
 from xconf.config.strict import parse_experiment
+from xconf.session import prepare, run_prepared
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -18,9 +18,10 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from xconf.errors import OperatorResolutionError
+from xconf.operator_capability import ROLES, BackendCapability, Role
 
-Side = Literal["rollout", "training"]
-SIDES: tuple[Side, ...] = ("rollout", "training")
+Side = Role
+SIDES: tuple[Side, ...] = ROLES
 OPERATOR_ENTRY_POINT_GROUP = "xconf.operators"
 SELECTED_LOGPROB = "selected_logprob"
 SMOKE_ONLY_PREFIX = "smoke_only."  # smoke-only backends are named so (see SMOKE_OPERATORS.md)
@@ -46,6 +47,9 @@ def normalize_backend_id(backend_id: str) -> str:
 class OperatorDescriptor:
     """Immutable declaration of one backend of one semantic operation.
 
+    ``capabilities`` (one :class:`BackendCapability` per platform) is the only place a
+    backend's devices, sides (roles), dtypes and contract support are declared: planning
+    checks the side/device/dtype part, runs check each call's contract against it.
     ``required_topology`` maps a target side to the knob values that side must have
     (for example ``{"training": {"training.sharding": "unsharded"}}``).
     ``factory`` is a ``"module:callable"`` string; the callable takes the options
@@ -56,9 +60,7 @@ class OperatorDescriptor:
     backend_id: str
     factory: str
     version: str
-    target_tags: frozenset[Side] = frozenset(SIDES)
-    devices: frozenset[str] = frozenset({"cpu"})
-    dtypes: frozenset[str] = frozenset({"float32", "bfloat16", "float16"})
+    capabilities: tuple[BackendCapability, ...]
     required_topology: Mapping[Side, Mapping[str, Any]] = field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -72,11 +74,30 @@ class OperatorDescriptor:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend_id", normalize_backend_id(self.backend_id))
+        capabilities = tuple(self.capabilities)
+        platforms = [c.platform for c in capabilities]
+        if not capabilities or len(set(platforms)) != len(platforms):
+            raise OperatorResolutionError(
+                "operator.capability.declaration",
+                f"backend '{self.backend_id}' must declare one capability per platform, "
+                f"got platforms {platforms}",
+                f"operators.{self.semantic_operation}.{self.backend_id}",
+            )
+        object.__setattr__(self, "capabilities", capabilities)
         frozen = {k: MappingProxyType(dict(v)) for k, v in self.required_topology.items()}
         object.__setattr__(self, "required_topology", MappingProxyType(frozen))
 
+    @property
+    def devices(self) -> frozenset[str]:
+        return frozenset(c.platform for c in self.capabilities)
+
+    def capability(self, platform: str) -> BackendCapability | None:
+        """The capability declared on ``platform``; ``None``: undeclared there."""
+        return next((c for c in self.capabilities if c.platform == platform), None)
+
     def fingerprint(self) -> str:
-        """Digest of everything that defines this backend's behaviour."""
+        """Digest of everything that defines this backend's behaviour (not what it declares
+        to support: a capability fix does not invalidate stored attempts)."""
         record = {
             "semantic_operation": self.semantic_operation,
             "backend_id": self.backend_id,
@@ -124,6 +145,10 @@ class SemanticOperatorCatalog:
 
     def backend_ids(self, semantic_operation: str) -> tuple[str, ...]:
         return tuple(sorted(b for op, b in self._descriptors if op == semantic_operation))
+
+    def registered(self, semantic_operation: str) -> tuple[OperatorDescriptor, ...]:
+        """One operation's descriptors in registration order (dispatch's tie-break)."""
+        return tuple(d for (op, _), d in self._descriptors.items() if op == semantic_operation)
 
     def descriptors(self) -> tuple[OperatorDescriptor, ...]:
         return tuple(self._descriptors[k] for k in sorted(self._descriptors))
@@ -184,12 +209,14 @@ def check_descriptor(
             "operator.unknown_backend", f"no registered backend '{backend_id}'", path
         )
     reasons: list[str] = []
-    if side not in descriptor.target_tags:
-        reasons.append(f"does not serve the {side} side")
-    if policy.device not in descriptor.devices:
+    capability = descriptor.capability(policy.device)
+    if capability is None:
         reasons.append(f"does not run on device '{policy.device}'")
-    if dtype not in descriptor.dtypes:
-        reasons.append(f"does not support dtype '{dtype}'")
+    else:
+        if side not in capability.roles:
+            reasons.append(f"does not serve the {side} side")
+        if dtype not in capability.dtypes:
+            reasons.append(f"does not support dtype '{dtype}'")
     for knob, required in descriptor.required_topology.get(side, {}).items():
         if knobs.get(knob) != required:
             reasons.append(f"requires {knob}={required!r}, case has {knobs.get(knob)!r}")
@@ -217,7 +244,10 @@ class OperatorSession:
         self._provenance: list[dict[str, Any]] = []
 
     def instantiate(self, binding: OperatorBinding) -> Any:
-        """The implementation for ``binding``; ``None`` for a runtime-native backend."""
+        """The implementation for ``binding`` behind contract-aware dispatch (every call is
+        checked against the descriptor's capabilities); ``None`` for a runtime-native one."""
+        from xconf.operator_dispatch import DispatchedOperator  # it imports this module
+
         descriptor = self._catalog.get(binding.semantic_operation, binding.backend_id)
         path = f"operators.{binding.semantic_operation}.{binding.side}"
         if descriptor is None or descriptor.fingerprint() != binding.descriptor_fingerprint:
@@ -239,7 +269,8 @@ class OperatorSession:
                 options = dict(binding.options)
                 if descriptor.factory_takes_side:
                     options["side"] = binding.side
-                instance = load_object(descriptor.factory)(**options)
+                implementation = load_object(descriptor.factory)(**options)
+                instance = DispatchedOperator(implementation, descriptor, binding.side)
             self._instances[key] = instance
         self._provenance.append({**binding.to_dict(), "version": descriptor.version})
         return self._instances[key]

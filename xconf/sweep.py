@@ -13,11 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from xconf.cli.session import Prepared, prepare
 from xconf.config.hydra_document import experiment_document
 from xconf.config.strict import parse_experiment, reject_threshold_keys
 from xconf.errors import ConfigError
 from xconf.knobs import KNOBS, KnobValue
+from xconf.session import Prepared, prepare
 
 
 @dataclass(frozen=True)

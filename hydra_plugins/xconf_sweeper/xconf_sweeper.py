@@ -57,7 +57,8 @@ class XconfSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        from xconf.sweep_launch import run_sweep
+        from xconf.cli.multirun import run_sweep
+        from xconf.session import OutcomeReceiver
 
         if self.config is None or self.launcher is None or self.hydra_context is None:
             raise RuntimeError("XconfSweeper.sweep called before setup")
@@ -71,13 +72,18 @@ class XconfSweeper(Sweeper):
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(config, sweep_dir / "multirun.yaml")
 
-        return run_sweep(
+        result = run_sweep(
             overrides=overrides,
             load_config=lambda shared: loader.load_sweep_config(config, list(shared)),
             launch=self._launch,
             max_batch_size=self.max_batch_size,
             save_multirun=save_multirun,
         )
+        # The outcome goes back to the invocation's task (Hydra drops sweep()'s return value).
+        receiver = getattr(self.task_function, "__self__", self.task_function)
+        if isinstance(receiver, OutcomeReceiver):
+            receiver.receive(result.outcome)
+        return result.returns
 
     def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """In-process and torchrun launchers size each job themselves. Slurm jobs are

@@ -32,8 +32,8 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
 
     from tests.adapters.test_runtime_s2 import _spec
     from xconf.adapters.real.adapter import VllmHfRuntime
-    from xconf.cli.session import prepare, run_prepared
     from xconf.schema import Intervention
+    from xconf.session import prepare, run_prepared
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1",

@@ -35,7 +35,7 @@ def _runtime(model_cache: str) -> Any:
 
 @pytest.fixture(scope="module")
 def s2_run(model_cache: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from xconf.cli.session import prepare, run_prepared
+    from xconf.session import prepare, run_prepared
 
     spec = replace(
         _spec([]),
@@ -102,7 +102,7 @@ def test_every_knob_is_read_back_from_the_live_engines(s2_run: Any) -> None:
 
 
 def test_rerun_resumes_every_sealed_attempt(s2_run: Any, model_cache: str) -> None:
-    from xconf.cli.session import run_prepared
+    from xconf.session import run_prepared
 
     summary, prepared = s2_run
     again = run_prepared(prepared, _runtime(model_cache), resume=True)

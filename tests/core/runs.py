@@ -8,9 +8,9 @@ from typing import Any
 
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.artifacts.store import ExperimentStore
-from xconf.cli.session import prepare, run_prepared
 from xconf.config.strict import parse_experiment
 from xconf.runner import RunSummary
+from xconf.session import prepare, run_prepared
 
 
 def run_doc(

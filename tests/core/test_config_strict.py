@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.core.bad_inputs import ALL_ERRORS, CONFIG_ERRORS, PLAN_ERRORS, apply
-from xconf.cli.session import prepare
 from xconf.config.strict import load_experiment_file, parse_experiment
 from xconf.errors import ConfigError, PlanError, XconfError
+from xconf.session import prepare
 
 
 def _issues(error: XconfError) -> list[tuple[str, str | None]]:

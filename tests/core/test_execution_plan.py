@@ -9,6 +9,7 @@ import pytest
 from xconf.config.strict import parse_experiment
 from xconf.errors import PlanError
 from xconf.execution_plan import build_execution_plan
+from xconf.operator_capability import BackendCapability
 from xconf.planner import plan_experiment
 from xconf.semantic_registry import (
     SELECTED_LOGPROB,
@@ -104,6 +105,7 @@ def test_topology_requirement_is_checked_per_case(s0_doc) -> None:
             backend_id="test.unsharded_only",
             factory="xconf.ops.reference:ReferenceSelectedLogprob",
             version="1",
+            capabilities=(BackendCapability(platform="cpu", tier="reference"),),
             required_topology={"training": {"training.sharding": "unsharded"}},
         )
     )

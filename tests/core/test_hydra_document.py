@@ -12,11 +12,11 @@ from omegaconf import OmegaConf, open_dict
 
 from tests.conftest import S3_JSON
 from xconf.cli.hydra_app import run_from_config
-from xconf.cli.session import conf_dir
 from xconf.config.hydra_document import experiment_document, reject_config_set_cli_keys
 from xconf.config.strict import load_experiment_file, parse_experiment
 from xconf.errors import ConfigError
 from xconf.planner import plan_experiment
+from xconf.session import conf_dir
 
 
 def compose_app(overrides: list[str], *, choices: bool = False):

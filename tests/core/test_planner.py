@@ -324,7 +324,7 @@ def test_expansion_is_lazy() -> None:
 
 def test_planning_never_constructs_an_engine(s0_doc, monkeypatch, tmp_path) -> None:
     from xconf.adapters.cpu_smoke import engines
-    from xconf.cli.session import prepare, publish_plan
+    from xconf.session import prepare, publish_plan
 
     def boom(*args, **kwargs):
         raise AssertionError("planning constructed an engine")

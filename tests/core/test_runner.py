@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 
 from tests.core.runs import attempt_doc, only, run_doc
+from xconf import session
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
-from xconf.cli import session
+from xconf.operator_capability import BackendCapability
 from xconf.ops.reference import ReferenceSelectedLogprob
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
 
@@ -38,6 +39,7 @@ def _with_nan_operator(monkeypatch) -> None:
                 backend_id="test.nan_logp",
                 factory=f"{__name__}:NanOnTraining",
                 version="1",
+                capabilities=(BackendCapability(platform="cpu", tier="reference"),),
                 factory_takes_side=True,
             )
         )

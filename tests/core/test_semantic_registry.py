@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from xconf.errors import OperatorResolutionError
+from xconf.operator_capability import BackendCapability
 from xconf.semantic_registry import (
     SELECTED_LOGPROB,
     OperatorBinding,
@@ -24,12 +25,17 @@ from xconf.testing.smoke_ops import register_smoke_operators, smoke_descriptors
 KNOBS = {"training.sharding": "unsharded", "rollout.tensor_parallel_size": 1}
 
 
+def cap(platform: str = "cpu", **changes) -> BackendCapability:
+    return BackendCapability(platform=platform, tier="reference", **changes)  # type: ignore[arg-type]
+
+
 def descriptor(backend_id: str = "test.op", **changes) -> OperatorDescriptor:
     base = OperatorDescriptor(
         semantic_operation=SELECTED_LOGPROB,
         backend_id=backend_id,
         factory="xconf.ops.reference:ReferenceSelectedLogprob",
         version="1",
+        capabilities=(cap(),),
     )
     return replace(base, **changes)
 
@@ -137,9 +143,9 @@ def test_unknown_backend_never_falls_back() -> None:
 @pytest.mark.parametrize(
     ("changes", "kwargs", "reason"),
     [
-        ({"target_tags": frozenset({"rollout"})}, {}, "does not serve the training side"),
-        ({"devices": frozenset({"cuda"})}, {}, "does not run on device 'cpu'"),
-        ({"dtypes": frozenset({"bfloat16"})}, {}, "does not support dtype 'float32'"),
+        ({"capabilities": (cap(roles={"rollout"}),)}, {}, "does not serve the training side"),
+        ({"capabilities": (cap("cuda"),)}, {}, "does not run on device 'cpu'"),
+        ({"capabilities": (cap(dtypes={"bfloat16"}),)}, {}, "does not support dtype 'float32'"),
         (
             {"required_topology": {"training": {"training.sharding": "fsdp"}}},
             {},
@@ -157,14 +163,42 @@ def test_incompatible_backend_is_refused(changes, kwargs, reason) -> None:
 
 def test_every_reason_is_reported() -> None:
     bad = descriptor(
-        target_tags=frozenset({"rollout"}),
-        devices=frozenset({"cuda"}),
-        dtypes=frozenset({"float16"}),
+        capabilities=(cap(roles={"rollout"}, dtypes={"float16"}),),
+        required_topology={"training": {"training.sharding": "fsdp"}},
         is_smoke_only=True,
     )
     with pytest.raises(OperatorResolutionError) as info:
         check(bad)
     assert info.value.message.count(";") == 3
+    # The side, dtype and topology of a platform the descriptor does not declare are moot.
+    with pytest.raises(OperatorResolutionError) as info:
+        check(replace(bad, capabilities=(cap("cuda", roles={"rollout"}),)))
+    assert info.value.message.count(";") == 2 and "device 'cpu'" in info.value.message
+
+
+def test_capabilities_are_declared_once_per_platform() -> None:
+    for capabilities in ((), (cap(), cap(roles={"rollout"}))):
+        with pytest.raises(OperatorResolutionError) as info:
+            descriptor(capabilities=capabilities)
+        assert info.value.code == "operator.capability.declaration"
+    d = descriptor(capabilities=(cap(), cap("cuda", dtypes={"bfloat16"})))
+    assert d.devices == frozenset({"cpu", "cuda"})
+    assert d.capability("cuda").dtypes == frozenset({"bfloat16"})
+    assert d.capability("rocm") is None
+    # Declarations do not define behaviour: stored attempts stay reusable across them.
+    assert d.fingerprint() == descriptor().fingerprint()
+
+
+def test_reference_backend_is_declared_once_and_truthfully() -> None:
+    # One declaration: the reference runs on cpu and cuda, over one whole unpadded row.
+    reference = SemanticOperatorCatalog.from_entry_points().get(
+        SELECTED_LOGPROB, "xconf.reference_logp"
+    )
+    assert reference.devices == frozenset({"cpu", "cuda"})
+    for platform in ("cpu", "cuda"):
+        c = reference.capability(platform)
+        assert c.tier == "reference" and c.tp_sizes == c.cp_sizes == frozenset({1})
+        assert not c.supports_padding
 
 
 def test_compatible_backend_resolves() -> None:

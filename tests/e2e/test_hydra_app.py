@@ -139,11 +139,7 @@ def xconf_run_inprocess(monkeypatch, tmp_path, capsys):
 
     monkeypatch.chdir(tmp_path)
 
-    from xconf.cli.exit_status import state
-
     def call(*argv: str) -> tuple[int, str, str]:
-        monkeypatch.setitem(state, "started", False)
-        monkeypatch.setitem(state, "exit", 0)
         monkeypatch.setattr(sys, "argv", ["xconf-run", *argv])
         capsys.readouterr()
         with pytest.raises(SystemExit) as info:

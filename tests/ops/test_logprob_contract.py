@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from xconf.errors import XconfError
-from xconf.ops.logprob.capability import BackendCapability
+from xconf.errors import OperatorResolutionError, XconfError
+from xconf.operator_capability import BackendCapability
 from xconf.ops.logprob.contract import (
     LogprobContract,
     MaskSpec,
@@ -147,7 +147,6 @@ def test_mask_provenance_is_a_summary_with_digest() -> None:
 
 def _cap(**overrides: object) -> BackendCapability:
     base: dict[str, object] = {
-        "backend_id": "Test.Backend",
         "platform": "cpu",
         "tier": "production",
         "roles": {"rollout", "training"},
@@ -159,17 +158,20 @@ def _cap(**overrides: object) -> BackendCapability:
 
 
 def test_capability_normalizes_and_rejects_non_iterables() -> None:
-    cap = _cap()
-    assert cap.backend_id == "test.backend" and cap.roles == frozenset({"rollout", "training"})
+    cap = _cap(roles=["rollout", "training", "rollout"])
+    assert cap.roles == frozenset({"rollout", "training"})
     for field in ("roles", "dtypes"):
-        with pytest.raises(LogprobContractError) as err:
+        with pytest.raises(OperatorResolutionError) as err:
             _cap(**{field: 3})
-        assert err.value.code == "logprob.contract.not_iterable"
-        with pytest.raises(LogprobContractError):
+        assert err.value.code == "operator.capability.not_iterable"
+        with pytest.raises(OperatorResolutionError):
             _cap(**{field: "float32"})
-    with pytest.raises(LogprobContractError):
+    with pytest.raises(OperatorResolutionError) as bad:
+        _cap(dtypes={"float32", "fp8"})
+    assert bad.value.code == "operator.capability.invalid_value" and "fp8" in bad.value.message
+    with pytest.raises(OperatorResolutionError):
         _cap(tier="deterministic")
-    with pytest.raises(LogprobContractError):
+    with pytest.raises(OperatorResolutionError):
         _cap(tp_sizes={0})
 
 

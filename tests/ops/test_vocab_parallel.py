@@ -179,9 +179,11 @@ def test_validate_false_skips_data_checks_only() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_path_is_not_declared_yet() -> None:
-    from xconf.ops.logprob.dispatch import default_logprob_registry
+    from xconf.semantic_registry import SELECTED_LOGPROB, SemanticOperatorCatalog
 
-    assert default_logprob_registry().capability("xconf.vocab_parallel_logp", "cuda") is None
+    catalog = SemanticOperatorCatalog.from_entry_points()
+    descriptor = catalog.get(SELECTED_LOGPROB, "xconf.vocab_parallel_logp")
+    assert descriptor is not None and descriptor.capability("cuda") is None
 
 
 @pytest.mark.parametrize("impl", ["native", "compiled"])

@@ -37,8 +37,8 @@ import xconf.adapters.cpu_smoke.engines as engines_mod
 import xconf.artifacts.safe_io as safe_io
 import xconf.artifacts.store as store_mod
 import xconf.cli.main as cli_main
-import xconf.cli.session as session
 import xconf.runner as runner_mod
+import xconf.session as session
 
 RUN_FLAGS = ["--runtime", "cpu-smoke", "--allow-smoke-operators"]
 
@@ -125,7 +125,7 @@ def install(faults: Faults) -> None:
 class _Summary:
     def __init__(self, target: str | None) -> None:
         self.target = target
-        real = cli_main.run_prepared
+        real = session.run_prepared
 
         def run_prepared(*args: Any, **kwargs: Any) -> Any:
             summary = real(*args, **kwargs)
@@ -134,7 +134,7 @@ class _Summary:
                 Path(self.target).write_text(json.dumps(rows), "utf-8")
             return summary
 
-        cli_main.run_prepared = run_prepared  # type: ignore[assignment]
+        session.run_prepared = run_prepared  # type: ignore[assignment]
 
 
 def child(request: dict[str, Any]) -> int:

@@ -153,8 +153,8 @@ def test_full_disk(tmp_path: Path) -> None:
 
 
 def _run_runtime(root: Path, target: str, timeout: float | None = None, **options: Any) -> Any:
-    from xconf.cli.session import instantiate_runtime, prepare, run_prepared
     from xconf.config.strict import load_experiment_file
+    from xconf.session import instantiate_runtime, prepare, run_prepared
 
     experiment = write_experiment(root.parent / "in")
     spec = load_experiment_file(experiment)
@@ -211,7 +211,7 @@ def test_case_timeout_from_hydra_and_cli(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
     from xconf.cli.hydra_app import run_from_config
-    from xconf.cli.session import conf_dir
+    from xconf.session import conf_dir
 
     root = tmp_path / "hydra"
     overrides = [

@@ -6,24 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
-from xconf.cli.render import case_progress, make_console, plan_table, print_reasons, verdict_table
-from xconf.cli.session import (
-    EXIT_INVALID,
-    EXIT_OK,
-    exit_code,
-    instantiate_runtime,
-    prepare,
-    publish_plan,
-    report_error,
-    run_prepared,
-    runtime_config,
-)
-from xconf.config.strict import load_experiment_file
-from xconf.errors import XconfError
-from xconf.report.writer import report_after_run
-from xconf.runtime.deadline import check_case_timeout
+from xconf import session
+from xconf.cli.render import ConsoleView
+from xconf.session import Outcome
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,39 +44,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _plan(args: argparse.Namespace, console: Console) -> int:
+def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.config.strict import load_experiment_file
+
     spec = load_experiment_file(args.file)
-    prepared = prepare(
-        spec, output_root=args.output_root, allow_smoke_operators=True, device=spec.scenario.device
-    )
-    publish_plan(prepared)
-    console.print(plan_table(prepared.execution))
-    console.print(f"wrote {prepared.store.path / 'plan.jsonl'}")
-    return EXIT_OK
+    return session.plan(spec, output_root=args.output_root, view=view)
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.config.strict import load_experiment_file
+    from xconf.runtime.deadline import check_case_timeout
+
     spec = load_experiment_file(args.file)
     check_case_timeout(args.case_timeout)
-    adapter = instantiate_runtime(runtime_config(args.runtime))
-    prepared = prepare(
+    return session.run(
         spec,
+        session.runtime_config(args.runtime),
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
-        device=adapter.device,
+        resume=not args.no_resume,
+        case_timeout_s=args.case_timeout,
+        view=view,
     )
-    with case_progress(console, len(prepared.execution.cases)) as on_case:
-        summary = run_prepared(
-            prepared,
-            adapter,
-            resume=not args.no_resume,
-            on_case=on_case,
-            case_timeout_s=args.case_timeout,
-        )
-    console.print(verdict_table(summary))
-    print_reasons(console, summary.records)
-    report_after_run(summary.experiment_dir, console)
-    return exit_code(summary.records)
+
+
+def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.verify import main_verify
+
+    return Outcome(main_verify(args.run_dir, view.console))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,18 +81,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     args = _parser().parse_args(argv)
-    console = make_console()
-    try:
-        if args.command == "plan":
-            return _plan(args, console)
-        if args.command == "verify":
-            from xconf.verify import main_verify
-
-            return main_verify(args.run_dir, console)
-        return _run(args, console)
-    except XconfError as error:
-        report_error(error)
-        return EXIT_INVALID
+    step = {"plan": _plan, "run": _run, "verify": _verify}[args.command]
+    view = ConsoleView()
+    return session.guarded(lambda: step(args, view)).exit_code
 
 
 if __name__ == "__main__":

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from xconf.execution_plan import ExecutionPlan
-from xconf.runner import CaseRecord, RunSummary
+if TYPE_CHECKING:
+    from xconf.execution_plan import ExecutionPlan
+    from xconf.runner import CaseRecord, RunSummary
+    from xconf.session import Prepared
 
 RESULT_STYLE = {
     "pass": "green",
@@ -111,3 +113,22 @@ def case_progress(console: Console, total: int) -> Iterator[Any]:
             progress.update(task, advance=1, description=f"{record.label}: {record.result}")
 
         yield on_case
+
+
+class ConsoleView:
+    """The terminal side of :mod:`xconf.session`'s flow (its ``View``)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+
+    def planned(self, prepared: Prepared, note: str) -> None:
+        self.console.print(plan_table(prepared.execution))
+        self.console.print(f"wrote {prepared.store.path / 'plan.jsonl'}{note}")
+
+    def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:
+        return case_progress(self.console, total)
+
+    def verdict(self, summary: RunSummary) -> None:
+        self.console.print(verdict_table(summary))
+        print_reasons(self.console, summary.records)
+        self.console.print(f"artifacts: {summary.experiment_dir}")

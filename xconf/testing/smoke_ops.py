@@ -6,10 +6,16 @@ authorization (``--allow-smoke-operators`` / ``allow_smoke_operators=true``).
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
+from xconf.operator_capability import BackendCapability
 from xconf.ops.reference import ReferenceSelectedLogprob
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
+
+if TYPE_CHECKING:  # registered while planning, which needs no torch
+    import torch
+
+    from xconf.ops.logprob.contract import LogprobContract
 
 # Larger than every contract threshold, so an offset case must fail whatever the dtypes.
 DEFAULT_OFFSET = 0.25
@@ -25,15 +31,33 @@ class OffsetSelectedLogprob:
         self._reference = ReferenceSelectedLogprob()
         self._offset = float(offset) if side == "training" else 0.0
 
+    def contract_for(self, logits: torch.Tensor) -> LogprobContract:
+        return self._reference.contract_for(logits)
+
     def __call__(
         self, logits: torch.Tensor, target_ids: torch.Tensor, active_mask: torch.Tensor
     ) -> torch.Tensor:
+        import torch
+
         selected = self._reference(logits, target_ids, active_mask)
         return torch.where(active_mask.bool(), selected + self._offset, selected)
 
 
 def smoke_descriptors() -> tuple[OperatorDescriptor, ...]:
-    common = {"semantic_operation": SELECTED_LOGPROB, "version": "1", "is_smoke_only": True}
+    # Both compute the reference's way: one whole, unpadded vocabulary per call, CPU only.
+    capability = BackendCapability(
+        platform="cpu",
+        tier="smoke",
+        tp_sizes=frozenset({1}),
+        cp_sizes=frozenset({1}),
+        supports_padding=False,
+    )
+    common = {
+        "semantic_operation": SELECTED_LOGPROB,
+        "version": "1",
+        "is_smoke_only": True,
+        "capabilities": (capability,),
+    }
     return (
         OperatorDescriptor(
             backend_id="smoke_only.logp_reference",

@@ -25,27 +25,22 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import torch
 
+from xconf.operator_capability import (
+    DETERMINISM_SCOPES,
+    LOGITS_DTYPES,
+    MASK_MODES,
+    ROLES,
+    DeterminismScope,
+    LogitsDtype,
+    MaskMode,
+    Role,
+)
 from xconf.ops.logprob.errors import LogprobContractError
-
-DeterminismScope = Literal["fixed_topology", "cross_tp_bitwise"]
-MaskMode = Literal["explicit_active_mask", "ignore_index"]
-Tier = Literal["reference", "production"]
-Role = Literal["rollout", "training"]
-Platform = Literal["cpu", "cuda", "rocm"]
-LogitsDtype = Literal["float32", "bfloat16", "float16"]
-
-DETERMINISM_SCOPES: tuple[DeterminismScope, ...] = get_args(DeterminismScope)
-MASK_MODES: tuple[MaskMode, ...] = get_args(MaskMode)
-TIERS: tuple[Tier, ...] = get_args(Tier)
-ROLES: tuple[Role, ...] = get_args(Role)
-PLATFORMS: tuple[Platform, ...] = get_args(Platform)
-LOGITS_DTYPES: tuple[LogitsDtype, ...] = get_args(LogitsDtype)
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -66,19 +61,6 @@ def check_choice(value: object, allowed: tuple[str, ...], what: str, path: str) 
             f"{what} must be one of {list(allowed)}, got {value!r}",
             path,
         )
-
-
-def check_choices(values: object, allowed: tuple[str, ...], what: str, path: str) -> frozenset[Any]:
-    if isinstance(values, str) or not isinstance(values, Iterable):
-        raise LogprobContractError(
-            "logprob.contract.not_iterable",
-            f"{what} must be an iterable of values, got {values!r}",
-            path,
-        )
-    items = frozenset(values)
-    for item in items:
-        check_choice(item, allowed, what, path)
-    return items
 
 
 def _positive_int(value: object, what: str, path: str, *, minimum: int = 1) -> int:

@@ -6,11 +6,7 @@ from xconf.errors import XconfError
 
 
 class LogprobContractError(XconfError):
-    """A contract, spec or capability is malformed."""
-
-
-class LogprobDispatchError(XconfError):
-    """No declared backend can serve a contract, or a dispatch request is malformed."""
+    """A contract or spec is malformed."""
 
 
 class LogprobValidationError(XconfError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.contract import (
     DeterminismScope,
     LogprobContract,
@@ -12,6 +11,7 @@ from xconf.ops.logprob.contract import (
     ShardingSpec,
     dtype_name,
 )
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.impls import Impl
 from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 

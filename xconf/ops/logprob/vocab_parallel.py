@@ -20,8 +20,8 @@ import torch.distributed as dist
 
 from xconf.errors import XconfError
 from xconf.ops.logprob import kernels, preflight, validation
-from xconf.ops.logprob.builtin import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
 from xconf.ops.logprob.errors import LogprobValidationError
 from xconf.ops.logprob.impls import Impl, ResolvedImpl, resolve_impl
 from xconf.ops.logprob.kernels import NEG_INF

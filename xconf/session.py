@@ -1,11 +1,20 @@
-"""Composition root shared by `xconf` and `xconf-run`: plan, bind operators, run, publish."""
+"""The one service behind `xconf`, `xconf-run` and `xconf-run -m`: plan -> publish -> run ->
+verdict -> report.
+
+The front-ends (``cli/main.py``, ``cli/hydra_app.py``, ``cli/multirun.py``) parse their own
+input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`plan` or
+:func:`run` with a :class:`View` that draws the terminal, and exit with the returned
+:class:`Outcome`'s code. Nothing here keeps state between calls.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from omegaconf import OmegaConf
 
@@ -23,7 +32,7 @@ EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
 
 def conf_dir() -> Path:
     """The Hydra config tree: the repository's conf/ (editable install) or the wheel's copy."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parent
     for candidate in (package.parent / "conf", package / "_conf"):
         if (candidate / "config.yaml").is_file():
             return candidate
@@ -143,3 +152,112 @@ def report_error(error: XconfError) -> None:
     print(f"xconf: error [{error.code}]{where}: {error.message}", file=sys.stderr)
     for issue in getattr(error, "issues", ())[1:]:
         print(f"xconf: error [{issue.code}] at '{issue.path}': {issue.message}", file=sys.stderr)
+
+
+# -- the flow ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one invocation ended with; the front-end exits with ``exit_code``."""
+
+    exit_code: int
+    prepared: Prepared | None = None
+    summary: RunSummary | None = None
+    error: XconfError | None = None
+
+
+class View(Protocol):
+    """How a front-end shows the flow; the service decides what happens and in which order."""
+
+    console: Any
+
+    def planned(self, prepared: Prepared, note: str) -> None: ...
+
+    def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]: ...
+
+    def verdict(self, summary: RunSummary) -> None: ...
+
+
+@runtime_checkable
+class OutcomeReceiver(Protocol):
+    """A task function that wants the outcome of a sweep run by Hydra on its behalf."""
+
+    def receive(self, outcome: Outcome) -> None: ...
+
+
+def guarded(step: Callable[[], Outcome]) -> Outcome:
+    """Run one front-end step; invalid input becomes a printed coded error and exit 2."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return step()
+    except XconfError as exc:
+        report_error(exc)
+        return Outcome(EXIT_INVALID, error=exc)
+    except OmegaConfBaseException as exc:  # e.g. an override with an unresolvable ${...}
+        key = getattr(exc, "full_key", None)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        coded = ConfigError("config.unresolvable", message, str(key) if key else None)
+        report_error(coded)
+        return Outcome(EXIT_INVALID, error=coded)
+
+
+def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str = "") -> Outcome:
+    """Plan and publish ``plan.jsonl``; no engine is built and nothing is scored."""
+    prepared = prepare(
+        spec, output_root=output_root, allow_smoke_operators=True, device=spec.scenario.device
+    )
+    publish_plan(prepared)
+    view.planned(prepared, note)
+    return Outcome(EXIT_OK, prepared=prepared)
+
+
+def run(
+    spec: ExperimentSpec,
+    runtime: dict[str, Any],
+    *,
+    output_root: str | Path,
+    allow_smoke_operators: bool,
+    resume: bool,
+    case_timeout_s: float | None,
+    view: View | None,
+) -> Outcome:
+    """Plan, score every case on both sides, judge, seal; then the verdict and the report.
+
+    ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
+    sweep's parent gathers and reports.
+    """
+    adapter = instantiate_runtime(runtime)
+    prepared = prepare(
+        spec,
+        output_root=output_root,
+        allow_smoke_operators=allow_smoke_operators,
+        device=adapter.device,
+    )
+    with _progress(view, len(prepared.execution.cases)) as on_case:
+        summary = run_prepared(
+            prepared, adapter, resume=resume, on_case=on_case, case_timeout_s=case_timeout_s
+        )
+    if view is None:
+        return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
+    return conclude(summary, view, prepared)
+
+
+def conclude(summary: RunSummary, view: View, prepared: Prepared | None = None) -> Outcome:
+    """The verdict table, then the report (never on the verdict's path: it cannot change it)."""
+    from xconf.report.writer import report_after_run
+
+    view.verdict(summary)
+    report_after_run(summary.experiment_dir, view.console)
+    return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
+
+
+def _progress(
+    view: View | None, total: int
+) -> AbstractContextManager[Callable[[CaseRecord], None] | None]:
+    if view is not None:
+        return view.progress(total)
+    from contextlib import nullcontext
+
+    return nullcontext(None)
