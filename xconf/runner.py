@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
+from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.comparison import (
     ComparisonOutcome,
     compare,
     error_outcome,
     identity_outcome,
-    verdict_threshold,
 )
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import IdentityViolation, XconfError
@@ -27,7 +27,7 @@ from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.knobs import side_dtype
 from xconf.runtime import provenance
 from xconf.runtime.deadline import case_deadline, check_case_timeout
-from xconf.runtime.guards import check_echo, check_untouched, side_copy
+from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
 from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
@@ -174,6 +174,8 @@ class PairedRunner:
         self.case_timeout_s = check_case_timeout(case_timeout_s)
         self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
         self._provenance: dict[str, Any] | None = None
+        self._code: dict[tuple[str, ...], dict[str, str]] = {}
+        self._sealed_plan: dict[str, dict[str, Any]] = {}
 
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
@@ -193,23 +195,24 @@ class PairedRunner:
             training=with_fingerprints(raw.training, case.operator("training"), kind),
         )
 
-    def provenance(self) -> dict[str, Any]:
-        """Runtime target and options, scoring-code digest and engine versions (run-wide)."""
+    def provenance(self, case: ExecutionCase) -> dict[str, Any]:
+        """Runtime target and options, the digest of the code that scores this case (runtime
+        and its operators' sources), and the engine versions."""
         if self._provenance is None:
-            factories = sorted(
-                {
-                    d.factory
-                    for c in self.plan.cases
-                    for b in c.operators
-                    if (d := self.catalog.get(b.semantic_operation, b.backend_id)) is not None
-                }
-            )
             self._provenance = {
                 "runtime": provenance.runtime_identity(self.adapter),
-                "code": provenance.code_digest(self.adapter, factories),
                 "engines": provenance.engine_versions(),
             }
-        return self._provenance
+        factories = tuple(
+            sorted(
+                d.factory
+                for b in case.operators
+                if (d := self.catalog.get(b.semantic_operation, b.backend_id)) is not None
+            )
+        )
+        if factories not in self._code:
+            self._code[factories] = provenance.code_digest(self.adapter, factories)
+        return {**self._provenance, "code": self._code[factories]}
 
     def execution_key(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
@@ -223,7 +226,7 @@ class PairedRunner:
                 "materialization": binding.to_dict(),
                 "operators": [b.to_dict() for b in case.operators],
                 "environment": self._environment(),
-                "provenance": self.provenance(),
+                "provenance": self.provenance(case),
                 "comparison": self.contract.identity(),
                 "tensors": TENSOR_SCHEMA,
             }
@@ -233,6 +236,9 @@ class PairedRunner:
     def run(self, case_ids: set[str] | None = None) -> RunSummary:
         started = time.perf_counter()
         spec = self.plan.plan.spec
+        # The sealed plan is checked before anything is scored, and it says what each case
+        # changed even when this process planned it alone (one job of a sweep).
+        self._sealed_plan = sealed_rows(self.store.path)
         identity = self.adapter.freeze_identity(spec.identity)
         inputs = frozen_inputs(identity)
         summary = RunSummary(spec.experiment_id, str(self.store.path))
@@ -262,12 +268,12 @@ class PairedRunner:
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
-            threshold = verdict_threshold(self._threshold(case.case.knob_dict()).value)
+            threshold = self._threshold(case.case.knob_dict()).value
 
             def judged_again(check: Any) -> bool:
                 # A seal proves the bytes are the ones sealed, not that the verdict is right:
                 # re-judge from the stored tensors; a disagreement is damage, and rescored.
-                problem = rejudge_attempt(check.path, threshold)
+                problem = rejudge_attempt(check.path, check.seal, threshold)
                 if problem is not None:
                     damaged.append({"attempt_id": check.attempt_id, "reason": problem})
                 return problem is None
@@ -291,6 +297,13 @@ class PairedRunner:
             record = _record(case, published.attempt_id, outcome.document, reused=False)
         return from_rank0(record)  # type: ignore[return-value]
 
+    def changed(self, case: ExecutionCase) -> dict[str, Any]:
+        """The knobs this case changes against the experiment's baseline, per the sealed plan."""
+        row = self._sealed_plan.get(case.case.case_id)
+        if row is not None and isinstance(row.get("changed"), dict):
+            return dict(row["changed"])
+        return dict(case.case.changed)
+
     def _threshold(self, knobs: Mapping[str, Any]) -> Any:
         return self.contract.threshold_for(
             side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
@@ -301,7 +314,10 @@ class PairedRunner:
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         knobs = case.case.knob_dict()
         threshold = self._threshold(knobs)
-        actual: dict[str, Any] = {"sides": {}, "provenance": self.provenance()}
+        actual: dict[str, Any] = {
+            "sides": {},
+            "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
+        }
         scores: dict[str, SideScore] = {}
         try:
             with case_deadline(self.case_timeout_s):
@@ -337,7 +353,7 @@ class PairedRunner:
                 outcome = identity_outcome(threshold, self.contract, error)
             else:
                 outcome = error_outcome(threshold, self.contract, error)
-        declared = sorted(path for path, _ in case.case.changed)
+        declared = sorted(self.changed(case))
         skipped = actual.get("not_applied", [])
         outcome.document["intervention"] = {
             "declared": declared,
@@ -363,7 +379,7 @@ class PairedRunner:
     ) -> None:
         """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
         strict = self.plan.plan.spec.strict_fallback
-        declared = frozenset(path for path, _ in case.case.changed)
+        declared = frozenset(self.changed(case))
         check_pre_build(binding, strict_fallback=strict)
         session = OperatorSession(self.catalog, self.policy)
         recorded = identity.digest()  # what identity.json records
@@ -402,7 +418,7 @@ class PairedRunner:
             "requested.json": {
                 "case_id": case.case.case_id,
                 "knobs": knobs,
-                "changed": dict(case.case.changed),
+                "changed": self.changed(case),
                 "operators": {b.side: b.to_dict() for b in case.operators},
             },
             "materialized.json": binding.to_dict(),

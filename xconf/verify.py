@@ -31,6 +31,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.artifacts.store import ExperimentStore, read_tensors
 from xconf.comparison import recompute_result, verdict_threshold
 from xconf.contract.loader import load_contract
@@ -103,7 +104,7 @@ def open_run_dir(run_dir: Path) -> ExperimentStore:
 def _planned(store: ExperimentStore) -> set[str]:
     try:
         return store.planned_case_ids()
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, XconfError):
         return set()
 
 
@@ -192,6 +193,9 @@ def verify_run(run_dir: Path) -> VerifyReport:
     cases_dir = store.path / "cases"
     planned = _planned(store)
     seen: set[str] = set()
+    plan_problem = plan_seal_problem(store.path)
+    if plan_problem is not None:  # a swapped or edited row would relabel verdicts
+        add(Finding("-", "-", "damaged", None, f"plan seal: {plan_problem}"))
     if cases_dir.is_symlink() or (cases_dir.exists() and not cases_dir.is_dir()):
         add(Finding("-", "-", "damaged", None, "cases is not a real directory"))
         return report

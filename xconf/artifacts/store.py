@@ -16,9 +16,16 @@ import torch
 from safetensors.torch import load_file, save
 
 from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
+from xconf.artifacts.plan_seal import (
+    PLAN_DIGEST_KEY,
+    PLAN_NAME,
+    plan_bytes,
+    plan_difference,
+    plan_digest,
+    sealed_rows,
+)
 from xconf.artifacts.safe_io import (
     allocate_attempt_dir,
-    append_line,
     check_id,
     ensure_real_dir,
     publish_bytes,
@@ -87,32 +94,50 @@ class ExperimentStore:
             os.close(fd)
 
     def publish_plan(self, header: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
-        """Write experiment.json once (a rerun must match it) and append unseen plan rows."""
+        """Seal the plan once: plan.jsonl, then experiment.json holding its digest.
+
+        A rerun must describe the same experiment and plan the same cases or a subset of them
+        (a sweep job plans its one case); anything else is an ``experiment_conflict``.
+        """
         with self._locked():
             header_path = self.path / "experiment.json"
             existing_bytes = read_regular(header_path)
-            if existing_bytes is not None:
-                try:
-                    existing = json.loads(existing_bytes.decode("utf-8"))
-                except (ValueError, UnicodeDecodeError):
-                    existing = None
-                if existing != json.loads(json_bytes(header)):
+            if existing_bytes is None:
+                data = plan_bytes(rows)
+                if read_regular(self.path / PLAN_NAME) is None:
+                    publish_bytes(self.path, PLAN_NAME, data)
+                elif read_regular(self.path / PLAN_NAME) != data:
                     raise ArtifactError(
-                        "artifacts.experiment_conflict",
-                        f"{header_path} describes a different experiment with the same id; "
-                        "choose another experiment_id or output root",
-                        "experiment_id",
+                        "artifacts.plan_seal",
+                        f"{self.path / PLAN_NAME} exists without experiment.json",
+                        str(self.path / PLAN_NAME),
                     )
-            else:
-                publish_bytes(self.path, "experiment.json", json_bytes(header))
-            known = self.planned_case_ids()
-            for row in rows:
-                if row["case_id"] not in known:
-                    append_line(
-                        self.path / "plan.jsonl",
-                        json.dumps(row, sort_keys=True, allow_nan=False).encode(),
-                    )
-                    known.add(row["case_id"])
+                sealed = {**header, PLAN_DIGEST_KEY: plan_digest(data)}
+                publish_bytes(self.path, "experiment.json", json_bytes(sealed))
+                return
+            try:
+                existing = json.loads(existing_bytes.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                existing = None
+            unsealed = dict(existing) if isinstance(existing, dict) else None
+            if unsealed is not None:
+                unsealed.pop(PLAN_DIGEST_KEY, None)
+            if unsealed != json.loads(json_bytes(header)):
+                raise ArtifactError(
+                    "artifacts.experiment_conflict",
+                    f"{header_path} describes a different experiment with the same id; "
+                    "choose another experiment_id or output root",
+                    "experiment_id",
+                )
+            difference = plan_difference(sealed_rows(self.path), rows)
+            if difference is not None:
+                raise ArtifactError(
+                    "artifacts.experiment_conflict",
+                    f"experiment '{self.experiment_id}' under {self.root} was planned with "
+                    f"another plan: {difference}; choose another experiment_id (or output "
+                    "root) for this plan",
+                    "experiment_id",
+                )
 
     def planned_case_ids(self) -> set[str]:
         ids: set[str] = set()

@@ -123,6 +123,13 @@ class ConsoleView:
 
     def planned(self, prepared: Prepared, note: str) -> None:
         self.console.print(plan_table(prepared.execution))
+        from xconf.planner import same_as_baseline
+
+        for path, value in same_as_baseline(prepared.execution.plan):
+            self.console.print(
+                f"[yellow]intervention {path}={value} equals the baseline:[/] "
+                "no case of its own, the baseline case covers it"
+            )
         self.console.print(f"wrote {prepared.store.path / 'plan.jsonl'}{note}")
 
     def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:

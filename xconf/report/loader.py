@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
+from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.report.errors import ReportError
 from xconf.schema import is_safe_id
 
@@ -261,6 +262,8 @@ def load_payload(attempt_dir: Path) -> AttemptPayload:
 def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
     rows: list[PlanRow] = []
     problems: list[str] = []
+    if path.is_symlink():  # never followed: a link could relabel every case
+        return (), ["plan.jsonl is a symlink and is never followed"]
     if not path.is_file():
         return (), ["plan.jsonl is missing"]
     try:
@@ -346,6 +349,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
         )
     plan, plan_problems = _parse_plan(root / "plan.jsonl")
     problems.extend(plan_problems)
+    seal_problem = plan_seal_problem(root)
+    if seal_problem is not None:
+        problems.append(f"plan seal: {seal_problem}")
     by_id = {row.case_id: row for row in plan}
     cases_dir = root / "cases"
     on_disk: list[str] = []

@@ -67,3 +67,16 @@ def check_echo(side: str, identity: Identity, recorded_digest: str, score: SideS
             f"records {recorded_digest[:16]}",
             f"{side}:identity",
         )
+
+
+def input_digests(inputs: FrozenInputs) -> dict[str, str]:
+    """SHA-256 of each frozen tensor (dtype, shape, bytes): the active mask among them."""
+    import hashlib
+
+    digests = {}
+    for name in FIELDS:
+        tensor = getattr(inputs, name).contiguous()
+        h = hashlib.sha256(f"{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        h.update(tensor.numpy().tobytes())
+        digests[f"{name}_sha256"] = h.hexdigest()
+    return digests

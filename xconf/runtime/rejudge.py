@@ -1,57 +1,41 @@
 """Re-judging a sealed attempt from its stored tensors before resume reuses it.
 
 The seal proves the files are the ones that were sealed; it cannot prove the verdict is
-right, since whoever rewrites a payload can rewrite the seal. So before reuse the verdict is
-recomputed from the stored scores, by the contract's threshold (not the stored one), and
-compared with the sealed comparison.json: any disagreement makes the attempt damaged.
+right, since whoever rewrites a payload can rewrite the seal. So before reuse the attempt goes
+through the same re-judgement as `xconf verify` (verdict, mismatch count and scores recomputed
+from the tensors), and the stored threshold must be the one the contract gives this case's
+dtypes now: any disagreement makes the attempt damaged and the case is scored again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from xconf.artifacts.store import read_json, read_tensors
-from xconf.comparison import recompute_result
-
-JUDGED = frozenset({"pass", "fail", "zero_active_tokens"})
+from xconf.artifacts.store import read_tensors
 
 
-def rejudge_attempt(path: Path, threshold: float) -> str | None:
+def rejudge_attempt(path: Path, seal: Mapping[str, Any], threshold: float) -> str | None:
     """Why the attempt's sealed verdict does not follow from its tensors; None if it does.
 
-    ``threshold`` is the contract's threshold for the case, rounded to float32.
+    ``threshold`` is the contract's threshold for the case as the runner resolves it.
     """
+    from xconf.verify import check_verdict
+
+    problem = check_verdict(path, seal)
+    if problem is not None:
+        return problem
     try:
-        document = read_json(path / "comparison.json")
-        result = document["result"]
-        if result not in JUDGED:
-            return None  # nothing numeric to re-judge: identity/artifact verdicts are not reused
         diffs = read_tensors(path / "token_diffs.safetensors")
-        sides = {
-            side: read_tensors(path / f"score_{side}.safetensors")
-            for side in ("rollout", "training")
-        }
-        stored = float(diffs["threshold"].to(torch.float32))
-        if stored != float(torch.tensor(threshold, dtype=torch.float32)):
-            return f"stored threshold {stored!r} is not the contract's {threshold!r}"
-        active = diffs["active_mask"].bool()
-        for side in ("rollout", "training"):
-            scored = sides[side]["logprobs"].to(torch.float32)
-            if scored.shape != active.shape or not torch.equal(
-                torch.where(active, scored, torch.zeros_like(scored)),
-                diffs[f"{side}_logprobs"].to(torch.float32),
-            ):
-                return f"token_diffs {side} logprobs differ from score_{side}.safetensors"
-            if not torch.equal(sides[side]["active_mask"].bool(), active):
-                return f"score_{side}.safetensors scored another active mask"
-        again, mismatches = recompute_result(diffs)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        return f"cannot re-judge: {type(exc).__name__}: {exc}"
-    if again != result or mismatches != int(document.get("mismatches") or 0):
-        return (
-            f"sealed verdict {result} with {document.get('mismatches')} mismatches; the stored "
-            f"tensors give {again} with {mismatches}"
-        )
+    except Exception as exc:  # unreadable is damage, whatever the parser raised
+        return f"unreadable token_diffs.safetensors: {type(exc).__name__}: {exc}"
+    if not diffs:
+        return None  # nothing was compared (identity or artifact verdicts)
+    stored = float(diffs["threshold"].to(torch.float32))
+    expected = float(torch.tensor(threshold, dtype=torch.float32))
+    if stored != expected:
+        return f"stored threshold {stored!r} is not the contract's {expected!r} for this case"
     return None
