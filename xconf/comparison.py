@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
+from xconf.rollout_correction import rollout_correction
 from xconf.runtime.protocol import FrozenInputs, SideScore
 
 Result = Literal[
@@ -189,6 +190,8 @@ def compare(
     )
     try:
         diagnostics = _diagnostics(diff, roll, train, active, inputs)
+        # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
+        diagnostics["rollout_correction"] = rollout_correction(roll, train, active)
     except Exception as exc:  # diagnostics never vote, so they can never crash a verdict
         diagnostics = {"diagnostics_error": f"{type(exc).__name__}: {exc}"}
     doc.update(diagnostics)

@@ -15,6 +15,7 @@ import torch
 
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.canonical import canonical_digest
 from xconf.comparison import (
     ComparisonOutcome,
     compare,
@@ -48,7 +49,7 @@ from xconf.runtime.protocol import (
 )
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.runtime.rejudge import rejudge_attempt
-from xconf.schema import Identity, canonical_digest
+from xconf.schema import Identity
 from xconf.semantic_registry import (
     SIDES,
     OperatorSession,
@@ -319,6 +320,7 @@ class PairedRunner:
             "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
         }
         scores: dict[str, SideScore] = {}
+        case_started = time.perf_counter()
         try:
             with case_deadline(self.case_timeout_s):
                 self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
@@ -365,6 +367,9 @@ class PairedRunner:
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
         )
+        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
+        # verdict document, which a rescore must reproduce byte for byte.
+        actual["wall_s"] = time.perf_counter() - case_started
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 
     def _score_sides(

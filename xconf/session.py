@@ -10,21 +10,24 @@ input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
 from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment, same_as_baseline
-from xconf.runner import CaseRecord, PairedRunner, RunSummary
+from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
-from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog, load_object
+from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
+
+if TYPE_CHECKING:
+    from xconf.runner import CaseRecord, RunSummary
 
 Mode = Literal["plan", "run"]
 EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
@@ -39,23 +42,9 @@ def conf_dir() -> Path:
     raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
 
 
-def runtime_config(name: str) -> dict[str, Any]:
-    """``conf/runtime/<name>.yaml`` as a plain dict (``cpu-smoke`` and ``cpu_smoke`` both work)."""
-    file = conf_dir() / "runtime" / f"{name.replace('-', '_')}.yaml"
-    if not file.is_file():
-        available = sorted(p.stem for p in (conf_dir() / "runtime").glob("*.yaml"))
-        raise ConfigError(
-            "config.unknown_runtime",
-            f"unknown runtime '{name}'; available: {', '.join(available)}",
-            "runtime",
-        )
-    return OmegaConf.to_container(OmegaConf.load(file), resolve=True)  # type: ignore[return-value]
-
-
-def instantiate_runtime(config: dict[str, Any]) -> Any:
-    """Build the adapter named by ``_target_``: the core never imports an adapter module."""
-    options = {k: v for k, v in config.items() if k not in ("_target_", "name")}
-    return load_object(str(config["_target_"]))(**options)
+def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
+    return load_runtime_config(conf_dir(), name, overrides)
 
 
 def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:
@@ -130,6 +119,11 @@ def run_prepared(
             f"{scenario_device}; plan it with mode=plan or choose a {scenario_device} runtime",
             "scenario.device",
         )
+    check_inputs = getattr(adapter, "check_inputs", None)
+    if check_inputs is not None:  # the runtime's own input files (datasets): before any write
+        check_inputs(prepared.execution.plan.spec.identity)
+    from xconf.runner import PairedRunner  # torch: only a run needs it, never a plan
+
     publish_plan(prepared)
     runner = PairedRunner(
         prepared.execution,
@@ -191,15 +185,31 @@ class OutcomeReceiver(Protocol):
 
 
 def guarded(step: Callable[[], Outcome]) -> Outcome:
-    """Run one front-end step; invalid input becomes a printed coded error and exit 2."""
-    from omegaconf.errors import OmegaConfBaseException
+    """Run one front-end step: invalid input becomes a printed coded error and exit 2; a
+    SIGINT/SIGTERM stops it, ends every process it started and exits 130/143, recording no
+    verdict for the case in flight (the same command resumes)."""
+    from xconf.interrupts import Interrupted, end_descendants, stop_on_signals
 
     try:
-        return step()
+        with stop_on_signals():
+            return step()
+    except Interrupted as stop:
+        ended = end_descendants()
+        print(
+            f"xconf: {stop}; stopped (the case in flight has no verdict, {ended} child "
+            "process(es) ended); run the same command again to resume",
+            file=sys.stderr,
+        )
+        return Outcome(stop.exit_code)
     except XconfError as exc:
         report_error(exc)
         return Outcome(EXIT_INVALID, error=exc)
-    except OmegaConfBaseException as exc:  # e.g. an override with an unresolvable ${...}
+    except Exception as exc:
+        # An OmegaConf error (e.g. an override with an unresolvable ${...}) can only come from
+        # a step that loaded OmegaConf; `xconf plan` never does, so it is not imported here.
+        errors = sys.modules.get("omegaconf.errors")
+        if errors is None or not isinstance(exc, errors.OmegaConfBaseException):
+            raise
         key = getattr(exc, "full_key", None)
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         coded = ConfigError("config.unresolvable", message, str(key) if key else None)
@@ -219,18 +229,20 @@ def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str
 
 def run(
     spec: ExperimentSpec,
-    runtime: dict[str, Any],
+    runtime: Mapping[str, Any] | DictConfig,
     *,
     output_root: str | Path,
     allow_smoke_operators: bool,
     resume: bool,
     case_timeout_s: float | None,
     view: View | None,
+    localize: bool = False,
 ) -> Outcome:
     """Plan, score every case on both sides, judge, seal; then the verdict and the report.
 
     ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
-    sweep's parent gathers and reports.
+    sweep's parent gathers and reports. ``localize``: after the verdict, localize every
+    failing case (:mod:`xconf.cli.localize`) before the report is written.
     """
     adapter = instantiate_runtime(runtime)
     prepared = prepare(
@@ -245,14 +257,31 @@ def run(
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
-    return conclude(summary, view, prepared)
+    after_verdict = None
+    if localize:
+        from xconf.cli.localize import localize_failing
+
+        def after_verdict() -> None:
+            localize_failing(summary, adapter, view.console)
+
+    return conclude(summary, view, prepared, after_verdict)
 
 
-def conclude(summary: RunSummary, view: View, prepared: Prepared | None = None) -> Outcome:
-    """The verdict table, then the report (never on the verdict's path: it cannot change it)."""
+def conclude(
+    summary: RunSummary,
+    view: View,
+    prepared: Prepared | None = None,
+    after_verdict: Callable[[], None] | None = None,
+) -> Outcome:
+    """The verdict table, then the report (never on the verdict's path: it cannot change it).
+
+    ``after_verdict`` runs between the two (``--localize``), so the report includes it.
+    """
     from xconf.report.writer import report_after_run
 
     view.verdict(summary)
+    if after_verdict is not None:
+        after_verdict()
     report_after_run(summary.experiment_dir, view.console)
     return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
 

@@ -3,6 +3,10 @@
 The stock launcher gathers results with ``[j.results()[0] for j in jobs]``, so one job that
 died before writing its result raises out of ``launch()`` and every other job's return is
 lost. These subclasses submit the same way and gather each job on its own.
+
+Hydra lists every concrete launcher class it finds in a plugin module's namespace
+(``--info plugins``), imported ones included: so the upstream classes are reached through
+their module, and the shared launch is a function, not an internal base class.
 """
 
 from __future__ import annotations
@@ -15,12 +19,8 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher as upstream
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
-    BaseSubmititLauncher,
-    LocalLauncher,
-    SlurmLauncher,
-)
 from omegaconf import OmegaConf
 
 from hydra_plugins.xconf_submitit_launcher.config import XconfLocalQueueConf, XconfSlurmQueueConf
@@ -33,7 +33,7 @@ __all__ = ["XconfLocalLauncher", "XconfLocalQueueConf", "XconfSlurmLauncher", "X
 _INIT_KEYS = frozenset({"submitit_folder", "max_num_timeout"})
 
 
-def _executor(launcher: BaseSubmititLauncher) -> Any:
+def _executor(launcher: upstream.BaseSubmititLauncher) -> Any:
     import submitit
 
     kind = launcher._EXECUTOR
@@ -72,40 +72,51 @@ def _gather(job: Any, overrides: Sequence[str]) -> JobReturn:
         return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=error)
 
 
-class _TolerantLaunch(BaseSubmititLauncher):
+def _tolerant_launch(
+    launcher: upstream.BaseSubmititLauncher,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+) -> Sequence[JobReturn]:
+    from xconf.launchers.errors import LaunchError
+
+    if launcher.config is None or not job_overrides:
+        raise LaunchError("launch.not_set_up", "no config or no jobs", "hydra.launcher")
+    executor = _executor(launcher)
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if "mode" in launcher.config.hydra.sweep:
+        os.chmod(sweep_dir, mode=int(str(launcher.config.hydra.sweep.mode), 8))
+    log.info("Submitit '%s' sweep output dir : %s", launcher._EXECUTOR, sweep_dir)
+    params = []
+    for offset, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + offset
+        log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
+        params.append(
+            (
+                list(overrides),
+                "hydra.sweep.dir",
+                idx,
+                f"job_id_for_{idx}",
+                Singleton.get_state(),
+            )
+        )
+    jobs = executor.map_array(launcher, *zip(*params, strict=True))
+    return [_gather(job, o) for job, o in zip(jobs, job_overrides, strict=True)]
+
+
+class XconfSlurmLauncher(upstream.SlurmLauncher):
+    _EXECUTOR = "slurm"
+
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        from xconf.launchers.errors import LaunchError
-
-        if self.config is None or not job_overrides:
-            raise LaunchError("launch.not_set_up", "no config or no jobs", "hydra.launcher")
-        executor = _executor(self)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        if "mode" in self.config.hydra.sweep:
-            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
-        log.info("Submitit '%s' sweep output dir : %s", self._EXECUTOR, sweep_dir)
-        params = []
-        for offset, overrides in enumerate(job_overrides):
-            idx = initial_job_idx + offset
-            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
-            params.append(
-                (
-                    list(overrides),
-                    "hydra.sweep.dir",
-                    idx,
-                    f"job_id_for_{idx}",
-                    Singleton.get_state(),
-                )
-            )
-        jobs = executor.map_array(self, *zip(*params, strict=True))
-        return [_gather(job, o) for job, o in zip(jobs, job_overrides, strict=True)]
+        return _tolerant_launch(self, job_overrides, initial_job_idx)
 
 
-class XconfSlurmLauncher(_TolerantLaunch, SlurmLauncher):
-    _EXECUTOR = "slurm"
-
-
-class XconfLocalLauncher(_TolerantLaunch, LocalLauncher):
+class XconfLocalLauncher(upstream.LocalLauncher):
     _EXECUTOR = "local"
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        return _tolerant_launch(self, job_overrides, initial_job_idx)

@@ -70,3 +70,26 @@ class SleepyRuntime(_FaultyRuntime):
             time.sleep(self.hang_s)
         while time.monotonic() < end:
             pass
+
+
+class HeldRuntime(CpuSmokeRuntime):
+    """Holds the case whose requested ``batch.size`` is ``hold_batch_size`` while the file
+    ``hold`` exists: it writes ``<hold>.<pid>.started`` (the test's cue to send a signal),
+    then sleeps until the file is gone. The same command therefore resumes unchanged once
+    the test removes the file."""
+
+    def __init__(self, hold: str, hold_batch_size: int = 2, **options: Any) -> None:
+        super().__init__(**options)
+        self.hold = hold
+        self.hold_batch_size = hold_batch_size
+
+    def build_engine(self, binding: Any, case: Any) -> Any:
+        import os
+        from pathlib import Path
+
+        hold = Path(self.hold)
+        if case.case.knob_dict().get("batch.size") == self.hold_batch_size and hold.exists():
+            Path(f"{hold}.{os.getpid()}.started").write_text("", "utf-8")
+            while hold.exists():
+                time.sleep(0.05)
+        return super().build_engine(binding, case)

@@ -12,7 +12,8 @@ from tests.truth.planted import PlantedRuntime
 from xconf.knobs import KNOBS
 from xconf.report.build import build_report
 
-INTERVENTION = {
+# Hand-picked values for the original knobs; any knob added later gets a derived one.
+PICKED = {
     "batch.size": 1,
     "rollout.tensor_parallel_size": 2,
     "rollout.context_parallel_size": 2,
@@ -26,16 +27,57 @@ INTERVENTION = {
 }
 
 
+def _extended_baseline(path: str) -> object:
+    """A baseline value for a knob the v1 S0 baseline does not declare (extended knobs)."""
+    spec = KNOBS[path]
+    if spec.kind == "bool":
+        return False
+    if spec.kind == "positive_int":
+        return 64
+    if spec.kind == "dtype":
+        return "float32"
+    values = set((spec.choices or {}).values())
+    return next((v for v in ("none", "auto") if v in values), min(values))
+
+
+def _s0_baseline() -> dict:
+    from tests.conftest import S0_JSON, load_json
+
+    baseline = load_json(S0_JSON)["baseline"]
+    return {f"{group}.{k}": v for group, knobs in baseline.items() for k, v in knobs.items()}
+
+
+S0_BASELINE = _s0_baseline()
+BASELINE = {k: S0_BASELINE[k] if k in S0_BASELINE else _extended_baseline(k) for k in KNOBS}
+
+
+def _derived(path: str, base: object) -> object:
+    spec = KNOBS[path]
+    if spec.kind == "bool":
+        return not base
+    if spec.kind == "positive_int":
+        return int(base) + 1 if isinstance(base, int) else 2
+    if spec.kind == "dtype":
+        return "bfloat16" if base != "bfloat16" else "float32"
+    choices = sorted(set((spec.choices or {}).values()))
+    return next(c for c in choices if c != base)
+
+
+INTERVENTION = {k: PICKED[k] if k in PICKED else _derived(k, BASELINE.get(k)) for k in KNOBS}
+
+
 def test_every_allow_listed_knob_is_planted() -> None:
     assert set(INTERVENTION) == set(KNOBS)
 
 
 @pytest.fixture(scope="module")
 def planted_doc(_s0_cached):
-    doc = only(
-        copy.deepcopy(_s0_cached), **{k.replace(".", "__"): [v] for k, v in INTERVENTION.items()}
-    )
-    return doc
+    doc = copy.deepcopy(_s0_cached)
+    doc["schema_version"] = "cross_config.experiment_config.v2"  # extended knobs too
+    for path, value in BASELINE.items():
+        group, name = path.split(".", 1)
+        doc["baseline"].setdefault(group, {})[name] = value
+    return only(doc, **{k.replace(".", "__"): [v] for k, v in INTERVENTION.items()})
 
 
 def test_identical_float32_sides_pass_every_case_with_zero_mismatches(planted_doc, tmp_path):

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.safe_io import read_regular
+from xconf.artifacts.layout import HEADER_NAME, PLAN_NAME, read_plan_lines, read_regular
 from xconf.errors import ArtifactError
 
-PLAN_NAME = "plan.jsonl"
 PLAN_DIGEST_KEY = "plan_sha256"
 
 
@@ -35,7 +34,7 @@ def plan_digest(data: bytes) -> str:
 def plan_seal_problem(experiment_dir: Path) -> str | None:
     """Why plan.jsonl does not match the digest sealed in experiment.json (None: it does)."""
     try:
-        header_bytes = read_regular(experiment_dir / "experiment.json")
+        header_bytes = read_regular(experiment_dir / HEADER_NAME)
         data = read_regular(experiment_dir / PLAN_NAME)
     except ArtifactError as exc:
         return exc.message
@@ -60,9 +59,11 @@ def sealed_rows(experiment_dir: Path) -> dict[str, dict[str, Any]]:
     problem = plan_seal_problem(experiment_dir)
     if problem is not None:
         raise ArtifactError("artifacts.plan_seal", problem, str(experiment_dir / PLAN_NAME))
-    data = read_regular(experiment_dir / PLAN_NAME) or b""
-    rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-    return {row["case_id"]: row for row in rows}
+    rows = {}
+    for _, row in read_plan_lines(experiment_dir / PLAN_NAME):  # bounded, depth-limited parse
+        if isinstance(row, dict) and isinstance(row.get("case_id"), str):
+            rows[row["case_id"]] = row
+    return rows
 
 
 def _show(row: Mapping[str, Any]) -> str:

@@ -82,7 +82,9 @@ def run_sweep(
         return SweepResult(outcome)
     prepared = outcome.prepared
     for notice in planned["notices"]:
-        view.console.print(f"[yellow]duplicate intervention reported:[/] {notice}")
+        from rich.text import Text
+
+        view.console.print(Text.assemble(("duplicate intervention reported: ", "yellow"), notice))
     save_multirun()
     if planned["cfg"].mode == "plan":
         view.planned(prepared, "; launched nothing")
@@ -93,16 +95,21 @@ def run_sweep(
     batch_size = max_batch_size or len(jobs)
     returns: list[Sequence[JobReturn]] = []
     summary = RunSummary(prepared.store.experiment_id, str(prepared.store.path))
-    for start in range(0, len(jobs), batch_size):
-        batch = jobs[start : start + batch_size]
-        results = launch([list(j.overrides) for j in batch], start)
-        returns.append(results)
-        for job, ret in zip(batch, results, strict=True):
-            summary.records.append(_record(job, ret))
-            if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
-                summary.engines_built += int(ret.return_value.get("engines_built", 0))
-                summary.engines_reused += int(ret.return_value.get("engines_reused", 0))
-    return SweepResult(session.conclude(summary, view, prepared), returns)
+
+    def launch_step() -> Outcome:
+        for start in range(0, len(jobs), batch_size):
+            batch = jobs[start : start + batch_size]
+            results = launch([list(j.overrides) for j in batch], start)
+            returns.append(results)
+            for job, ret in zip(batch, results, strict=True):
+                summary.records.append(_record(job, ret))
+                if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
+                    summary.engines_built += int(ret.return_value.get("engines_built", 0))
+                    summary.engines_reused += int(ret.return_value.get("engines_reused", 0))
+        return session.conclude(summary, view, prepared)
+
+    # A SIGINT/SIGTERM stops launching: the batch in flight is ended and records nothing.
+    return SweepResult(session.guarded(launch_step), returns)
 
 
 def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:

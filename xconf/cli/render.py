@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionPlan
@@ -26,40 +28,78 @@ RESULT_STYLE = {
 
 
 def make_console() -> Console:
-    """A console wide enough for the verdict table when output is a pipe or a CI log."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=160)
+    """A console wide enough for the verdict table when output is a pipe or a CI log.
+
+    Markup is off: everything printed as a string (paths, ids, knob values, runtime error
+    messages, directory entries) is shown verbatim, so ``[/dev/nvidia0]`` or ``[link=...]``
+    can neither raise ``MarkupError`` nor vanish. Styles are applied with ``Text`` only.
+    """
+    probe = Console(markup=False)
+    return probe if probe.is_terminal else Console(width=160, markup=False)
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3e}"
 
 
-def plan_table(execution: ExecutionPlan) -> Table:
+def plan_table(execution: ExecutionPlan) -> Text:
     spec = execution.plan.spec
-    table = Table(
-        title=f"plan {spec.experiment_id}: {len(execution.cases)} cases "
-        f"({spec.strategy}, scenario {spec.scenario.level})"
-    )
-    for column in ("#", "case", "kind", "changed knob", "rollout logp", "training logp"):
-        table.add_column(column)
+    rows = []
     for row in (c.to_row() for c in execution.cases):
         changed = ", ".join(f"{k}={v}" for k, v in row["changed"].items()) or "baseline"
-        table.add_row(
-            str(row["index"]),
-            row["case_id"],
-            row["kind"],
-            changed,
-            row["operators"]["rollout"],
-            row["operators"]["training"],
+        rows.append(
+            (
+                str(row["index"]),
+                row["case_id"],
+                row["kind"],
+                changed,
+                row["operators"]["rollout"],
+                row["operators"]["training"],
+            )
         )
-    return table
+    return grid(
+        f"plan {spec.experiment_id}: {len(execution.cases)} cases "
+        f"({spec.strategy}, scenario {spec.scenario.level})",
+        ("#", "case", "kind", "changed knob", "rollout logp", "training logp"),
+        rows,
+    )
+
+
+def grid(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Text:
+    """A boxed table as one ``Text``, cells verbatim (never markup).
+
+    rich's ``Table`` measures and wraps every cell: 0.4 s for a 256-case plan, most of
+    `xconf plan`'s budget. Plan cells are short identifiers, so fixed columns are exact.
+    """
+    b = box.HEAVY_HEAD
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def rule(left: str, cross: str, right: str, fill: str) -> str:
+        return left + cross.join(fill * (w + 2) for w in widths) + right
+
+    def cells(values: Sequence[str], left: str, sep: str, right: str) -> str:
+        return left + sep.join(f" {v:<{w}} " for v, w in zip(values, widths, strict=True)) + right
+
+    top = rule(b.top_left, b.top_divider, b.top_right, b.top)
+    text = Text(title.center(len(top)).rstrip() + "\n", style="italic")
+    text.append(top + "\n")
+    text.append(cells(header, b.head_left, b.head_vertical, b.head_right) + "\n", style="bold")
+    text.append(
+        rule(b.head_row_left, b.head_row_cross, b.head_row_right, b.head_row_horizontal) + "\n"
+    )
+    body = [cells(r, b.mid_left, b.mid_vertical, b.mid_right) for r in rows]
+    text.append("".join(line + "\n" for line in body))
+    text.append(rule(b.bottom_left, b.bottom_divider, b.bottom_right, b.bottom))
+    text.no_wrap = True
+    return text
 
 
 def verdict_table(summary: RunSummary) -> Table:
     table = Table(
-        title=f"{summary.experiment_id}: {len(summary.records)} cases, "
-        f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        title=Text(
+            f"{summary.experiment_id}: {len(summary.records)} cases, "
+            f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        )
     )
     for column in (
         "case",
@@ -76,14 +116,14 @@ def verdict_table(summary: RunSummary) -> Table:
         style = RESULT_STYLE.get(r.result, "")
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
-            r.case_id,
-            r.label + ("" if r.intervention_applied else " (intervention not applied)"),
-            f"[{style}]{r.result}[/]",
-            str(r.active_tokens),
-            str(r.mismatches),
-            _fmt(r.max_abs_diff),
-            _fmt(r.p99_abs_diff),
-            attempt,
+            Text(r.case_id),
+            Text(r.label + ("" if r.intervention_applied else " (intervention not applied)")),
+            Text(r.result, style=style),
+            Text(str(r.active_tokens)),
+            Text(str(r.mismatches)),
+            Text(_fmt(r.max_abs_diff)),
+            Text(_fmt(r.p99_abs_diff)),
+            Text(attempt),
         )
     return table
 
@@ -91,7 +131,7 @@ def verdict_table(summary: RunSummary) -> Table:
 def print_reasons(console: Console, records: list[CaseRecord]) -> None:
     for r in records:
         if r.result not in ("pass", "fail") and r.reason:
-            console.print(f"[{RESULT_STYLE.get(r.result, '')}]{r.label}[/]: {r.reason}")
+            console.print(Text.assemble((r.label, RESULT_STYLE.get(r.result, "")), f": {r.reason}"))
 
 
 @contextmanager
@@ -102,7 +142,7 @@ def case_progress(console: Console, total: int) -> Iterator[Any]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # labels and results: verbatim
         console=console,
         transient=True,
     )
@@ -127,10 +167,13 @@ class ConsoleView:
 
         for path, value in same_as_baseline(prepared.execution.plan):
             self.console.print(
-                f"[yellow]intervention {path}={value} equals the baseline:[/] "
-                "no case of its own, the baseline case covers it"
+                Text(
+                    f"intervention {path}={value} equals the baseline: "
+                    "no case of its own, the baseline case covers it",
+                    style="yellow",
+                )
             )
-        self.console.print(f"wrote {prepared.store.path / 'plan.jsonl'}{note}")
+        self.console.print(Text(f"wrote {prepared.store.path / 'plan.jsonl'}{note}"))
 
     def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:
         return case_progress(self.console, total)
@@ -138,4 +181,4 @@ class ConsoleView:
     def verdict(self, summary: RunSummary) -> None:
         self.console.print(verdict_table(summary))
         print_reasons(self.console, summary.records)
-        self.console.print(f"artifacts: {summary.experiment_dir}")
+        self.console.print(Text(f"artifacts: {summary.experiment_dir}"))

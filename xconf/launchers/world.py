@@ -9,7 +9,6 @@ discovery.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from xconf.artifacts.safe_io import write_file
+from xconf.canonical import canonical_digest
 from xconf.launchers.errors import (
     CaseDisagreementError,
     LaunchError,
@@ -90,8 +91,7 @@ def resolve_backend(requested: str) -> str:
 
 def config_digest(payload: Any) -> bytes:
     """Fixed-size (32-byte) digest of a JSON-able payload, canonical key order."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).digest()
+    return bytes.fromhex(canonical_digest(payload, default=str))
 
 
 def verify_case_agreement(digest: bytes) -> None:
@@ -162,18 +162,9 @@ def _run_rank(blob: bytes, settings: WorldSettings, pid_dir: str) -> Any:
 
 def _spawn_children(parent: int) -> set[int]:
     """Direct children of ``parent`` started by multiprocessing spawn (torch elastic workers)."""
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == parent and b"spawn_main" in (entry / "cmdline").read_bytes():
-                found.add(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+    from xconf.interrupts import children_matching
+
+    return children_matching(parent, "spawn_main")
 
 
 class _Watchdog:
@@ -245,7 +236,7 @@ def launch_world(
     if world_size < 1:
         raise LaunchError("launch.world_size", f"world size {world_size} < 1", "")
     import cloudpickle
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -282,7 +273,13 @@ def launch_world(
             value = outputs[0]
         except ChildFailedError as exc:
             error = _failure(exc, dog.expired, settings)
-        except Exception as exc:  # the agent itself failed (rendezvous, signal, ...)
+        except SignalException as exc:
+            # The agent caught SIGINT/SIGTERM and has already ended the ranks. A stop request
+            # is not a failed case: it goes up as Interrupted, past every `except Exception`.
+            from xconf.interrupts import Interrupted
+
+            raise Interrupted(int(exc.sigval)) from None
+        except Exception as exc:  # the agent itself failed (rendezvous, ...)
             if dog.expired:
                 error = _timeout(settings)
             else:
@@ -298,7 +295,7 @@ def launch_world(
         status="failed" if error else "completed",
         error=str(error) if error else None,
     )
-    (run_dir / "launch.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
+    write_file(run_dir / "launch.json", (json.dumps(asdict(record), indent=2) + "\n").encode())
     if error is not None:
         raise error
     return value, record

@@ -23,7 +23,7 @@ def rejudge_attempt(path: Path, seal: Mapping[str, Any], threshold: float) -> st
 
     ``threshold`` is the contract's threshold for the case as the runner resolves it.
     """
-    from xconf.verify import check_verdict
+    from xconf.verify_verdict import check_verdict
 
     problem = check_verdict(path, seal)
     if problem is not None:
