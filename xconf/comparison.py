@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -186,11 +187,39 @@ def compare(
         active_tokens=active_count,
         mismatches=mismatches,
         mismatch_ratio=mismatches / active_count,
-        **_diagnostics(diff, roll, train, active, inputs),
     )
-    # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
-    doc["rollout_correction"] = rollout_correction(roll, train, active)
-    return ComparisonOutcome(doc, token_diffs)
+    try:
+        diagnostics = _diagnostics(diff, roll, train, active, inputs)
+        # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
+        diagnostics["rollout_correction"] = rollout_correction(roll, train, active)
+    except Exception as exc:  # diagnostics never vote, so they can never crash a verdict
+        diagnostics = {"diagnostics_error": f"{type(exc).__name__}: {exc}"}
+    doc.update(diagnostics)
+    return ComparisonOutcome(finite_document(doc), token_diffs)
+
+
+def finite_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with every non-finite float replaced by None, each listed in ``non_finite``.
+
+    A finite extreme score (-1e4, float32 min) makes diagnostics such as the approximate KL
+    overflow; JSON cannot hold inf or NaN, so the value becomes null and the flag names it.
+    """
+    flags: list[str] = []
+
+    def clean(value: Any, where: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            flags.append(where)
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    cleaned = clean(doc, "")
+    if flags:
+        cleaned["non_finite"] = flags
+    return cleaned  # type: ignore[no-any-return]
 
 
 def verdict_threshold(value: float) -> float:
@@ -204,6 +233,20 @@ def error_outcome(
     """No comparison was possible: the runtime raised or strict execution refused the case."""
     document = _base_document(threshold, contract)
     document.update(result="error", reason=error["message"], error=error)
+    return ComparisonOutcome(document, {})
+
+
+def identity_outcome(
+    threshold: ResolvedThreshold, contract: NumericalContract, error: dict[str, Any]
+) -> ComparisonOutcome:
+    """A side reported (or a guard found) that it did not score the frozen identity."""
+    document = _base_document(threshold, contract)
+    document.update(
+        result="invalid_identity",
+        reason=error["message"],
+        error=error,
+        identity={"valid": False, "violations": [f"[{error['code']}] {error['message']}"]},
+    )
     return ComparisonOutcome(document, {})
 
 

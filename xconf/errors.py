@@ -53,5 +53,10 @@ class RuntimeMaterializationError(XconfError):
     """A runtime could not honour a case under strict execution."""
 
 
+class IdentityViolation(XconfError):
+    """A side did not score the frozen identity it claims (wrong checkpoint, mutated inputs,
+    changed state, diverged forced decoding): the case is ``invalid_identity``, never drift."""
+
+
 class ArtifactError(XconfError):
     """An artifact could not be written or read safely."""

@@ -260,3 +260,19 @@ def plan_experiment(
         cases.append(Case(case_id, len(cases), kind, changed, tuple(sorted(knobs.items()))))
     normalized = replace(spec, baseline=tuple(sorted(baseline.items())))
     return ExperimentPlan(normalized, tuple(cases), contract.version, contract.sha256)
+
+
+def same_as_baseline(plan: ExperimentPlan) -> tuple[tuple[str, KnobValue], ...]:
+    """Declared intervention values that equal the baseline once normalized (``fp32`` for a
+    float32 baseline): they add no case, and the plan says so instead of dropping them."""
+    baseline = dict(plan.spec.baseline)
+    found: list[tuple[str, KnobValue]] = []
+    for intervention in plan.spec.interventions:
+        if intervention.path not in KNOBS:
+            continue
+        for raw in intervention.values:
+            value = _normalize(intervention.path, raw, intervention.path, _Issues())
+            same = value is not None and value == baseline.get(intervention.path)
+            if same and (intervention.path, value) not in found:
+                found.append((intervention.path, value))  # type: ignore[arg-type]
+    return tuple(found)

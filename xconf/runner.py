@@ -13,18 +13,30 @@ from typing import Any
 
 import torch
 
+from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest
-from xconf.comparison import ComparisonOutcome, compare, error_outcome
+from xconf.comparison import (
+    ComparisonOutcome,
+    compare,
+    error_outcome,
+    identity_outcome,
+)
 from xconf.contract.loader import NumericalContract, load_contract
-from xconf.errors import XconfError
+from xconf.errors import IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.knobs import side_dtype
+from xconf.runtime import provenance
 from xconf.runtime.deadline import case_deadline, check_case_timeout
+from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
 from xconf.runtime.materialization import (
     apply_readback,
+    backend_application,
     check_pre_build,
+    not_applied,
+    refusal,
     strict_violations,
+    unreached_applications,
     with_fingerprints,
 )
 from xconf.runtime.protocol import (
@@ -36,6 +48,7 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank
+from xconf.runtime.rejudge import rejudge_attempt
 from xconf.schema import Identity
 from xconf.semantic_registry import (
     SIDES,
@@ -44,7 +57,7 @@ from xconf.semantic_registry import (
     SemanticOperatorCatalog,
 )
 
-XCONF_VERSION = "0.1.0"
+XCONF_VERSION = provenance.XCONF_VERSION
 TENSOR_SCHEMA = "xconf.tensors.v1"
 
 
@@ -63,6 +76,9 @@ class CaseRecord:
     max_abs_diff: float | None
     p99_abs_diff: float | None
     reason: str | None
+    # False when a declared knob was not run as requested (only possible without strict
+    # execution): the verdict stands but says nothing about the knob.
+    intervention_applied: bool = True
 
 
 @dataclass
@@ -158,6 +174,9 @@ class PairedRunner:
         self.on_case = on_case
         self.case_timeout_s = check_case_timeout(case_timeout_s)
         self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
+        self._provenance: dict[str, Any] | None = None
+        self._code: dict[tuple[str, ...], dict[str, str]] = {}
+        self._sealed_plan: dict[str, dict[str, Any]] = {}
 
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
@@ -177,6 +196,25 @@ class PairedRunner:
             training=with_fingerprints(raw.training, case.operator("training"), kind),
         )
 
+    def provenance(self, case: ExecutionCase) -> dict[str, Any]:
+        """Runtime target and options, the digest of the code that scores this case (runtime
+        and its operators' sources), and the engine versions."""
+        if self._provenance is None:
+            self._provenance = {
+                "runtime": provenance.runtime_identity(self.adapter),
+                "engines": provenance.engine_versions(),
+            }
+        factories = tuple(
+            sorted(
+                d.factory
+                for b in case.operators
+                if (d := self.catalog.get(b.semantic_operation, b.backend_id)) is not None
+            )
+        )
+        if factories not in self._code:
+            self._code[factories] = provenance.code_digest(self.adapter, factories)
+        return {**self._provenance, "code": self._code[factories]}
+
     def execution_key(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
     ) -> str:
@@ -184,9 +222,12 @@ class PairedRunner:
             {
                 "case": case.case.case_id,
                 "identity": identity.digest(),
+                "scoring_mode": identity.scoring_mode,
+                "strict_execution": self.plan.plan.spec.strict_fallback,
                 "materialization": binding.to_dict(),
                 "operators": [b.to_dict() for b in case.operators],
                 "environment": self._environment(),
+                "provenance": self.provenance(case),
                 "comparison": self.contract.identity(),
                 "tensors": TENSOR_SCHEMA,
             }
@@ -196,6 +237,9 @@ class PairedRunner:
     def run(self, case_ids: set[str] | None = None) -> RunSummary:
         started = time.perf_counter()
         spec = self.plan.plan.spec
+        # The sealed plan is checked before anything is scored, and it says what each case
+        # changed even when this process planned it alone (one job of a sweep).
+        self._sealed_plan = sealed_rows(self.store.path)
         identity = self.adapter.freeze_identity(spec.identity)
         inputs = frozen_inputs(identity)
         summary = RunSummary(spec.experiment_id, str(self.store.path))
@@ -223,8 +267,19 @@ class PairedRunner:
     ) -> CaseRecord:
         key = self.execution_key(case, identity, binding)
         reused: CaseRecord | None = None
+        damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
-            reusable = self.store.find_reusable(case.case.case_id, key)
+            threshold = self._threshold(case.case.knob_dict()).value
+
+            def judged_again(check: Any) -> bool:
+                # A seal proves the bytes are the ones sealed, not that the verdict is right:
+                # re-judge from the stored tensors; a disagreement is damage, and rescored.
+                problem = rejudge_attempt(check.path, check.seal, threshold)
+                if problem is not None:
+                    damaged.append({"attempt_id": check.attempt_id, "reason": problem})
+                return problem is None
+
+            reusable = self.store.find_reusable(case.case.case_id, key, accept=judged_again)
             if reusable is not None:
                 document = read_json(reusable.path / "comparison.json")
                 reused = _record(case, reusable.attempt_id, document, reused=True)
@@ -233,6 +288,8 @@ class PairedRunner:
         if reused is not None:
             return reused
         documents, tensors, outcome = self._score(case, binding, identity, inputs)
+        if damaged:
+            documents["actual.json"]["resume"] = {"damaged_attempts": damaged}
         record = None
         if rank() == 0:  # one rank publishes; the others scored only to take part in collectives
             published = self.store.publish_attempt(
@@ -241,14 +298,27 @@ class PairedRunner:
             record = _record(case, published.attempt_id, outcome.document, reused=False)
         return from_rank0(record)  # type: ignore[return-value]
 
+    def changed(self, case: ExecutionCase) -> dict[str, Any]:
+        """The knobs this case changes against the experiment's baseline, per the sealed plan."""
+        row = self._sealed_plan.get(case.case.case_id)
+        if row is not None and isinstance(row.get("changed"), dict):
+            return dict(row["changed"])
+        return dict(case.case.changed)
+
+    def _threshold(self, knobs: Mapping[str, Any]) -> Any:
+        return self.contract.threshold_for(
+            side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
+        )
+
     def _score(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         knobs = case.case.knob_dict()
-        threshold = self.contract.threshold_for(
-            side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
-        )
-        actual: dict[str, Any] = {"sides": {}}
+        threshold = self._threshold(knobs)
+        actual: dict[str, Any] = {
+            "sides": {},
+            "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
+        }
         scores: dict[str, SideScore] = {}
         case_started = time.perf_counter()
         try:
@@ -265,6 +335,12 @@ class PairedRunner:
         except Exception as exc:  # a failing case is a verdict, never a crashed sweep
             if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
                 self.engines.close()  # a stopped engine may be mid-call: never reuse it
+            # Sides the case never reached still say what was requested and materialized.
+            for side in SIDES:
+                if side not in actual["sides"]:
+                    actual["sides"][side] = [
+                        a.to_dict() for a in unreached_applications(binding.side(side), exc)
+                    ]
             error = (
                 exc.to_dict()
                 if isinstance(exc, XconfError)
@@ -275,7 +351,17 @@ class PairedRunner:
                     "traceback": traceback.format_exc(limit=8),
                 }
             )
-            outcome = error_outcome(threshold, self.contract, error)
+            if isinstance(exc, IdentityViolation):
+                outcome = identity_outcome(threshold, self.contract, error)
+            else:
+                outcome = error_outcome(threshold, self.contract, error)
+        declared = sorted(self.changed(case))
+        skipped = actual.get("not_applied", [])
+        outcome.document["intervention"] = {
+            "declared": declared,
+            "applied": not skipped,
+            "not_applied": skipped,
+        }
         outcome.document.update(
             case_id=case.case.case_id,
             rollout_dtype=side_dtype(knobs, "rollout"),
@@ -298,25 +384,29 @@ class PairedRunner:
     ) -> None:
         """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
         strict = self.plan.plan.spec.strict_fallback
-        declared = frozenset(path for path, _ in case.case.changed)
+        declared = frozenset(self.changed(case))
         check_pre_build(binding, strict_fallback=strict)
         session = OperatorSession(self.catalog, self.policy)
+        recorded = identity.digest()  # what identity.json records
         for side in SIDES:
             side_binding = binding.side(side)
             engine = self.engines.get(side_binding, case)
             operator = session.instantiate(case.operator(side))
-            scores[side] = engine.score(inputs, identity, int(knobs["batch.size"]), operator)
+            given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+            scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
+            check_untouched(side, given, inputs)
+            check_echo(side, identity, recorded, scores[side])
             # Read back after scoring: request-lifecycle knobs are only observable then.
             readback = engine.readback()
             applications = apply_readback(side_binding, readback)
+            applications += (backend_application(side, knobs, case.operator(side)),)
             actual["sides"][side] = [a.to_dict() for a in applications]
             # Everything the engine reported, knob or not (compilation mode, cache sizes, ...).
             actual.setdefault("readback", {})[side] = json.loads(json.dumps(readback, default=str))
-            reasons = strict_violations(applications, strict_fallback=strict, declared=declared)
+            actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
+            reasons = strict_violations(applications, strict_fallback=strict)
             if reasons:
-                raise XconfError(
-                    "runtime.strict_refused", "; ".join(reasons), reasons[0].split(" ")[0]
-                )
+                raise refusal(reasons)
         actual["operator_provenance"] = list(session.provenance())
 
     def _documents(
@@ -333,7 +423,7 @@ class PairedRunner:
             "requested.json": {
                 "case_id": case.case.case_id,
                 "knobs": knobs,
-                "changed": dict(case.case.changed),
+                "changed": self.changed(case),
                 "operators": {b.side: b.to_dict() for b in case.operators},
             },
             "materialized.json": binding.to_dict(),
@@ -376,4 +466,5 @@ def _record(
         max_abs_diff=diff.get("max"),
         p99_abs_diff=diff.get("p99"),
         reason=doc.get("reason"),
+        intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
     )

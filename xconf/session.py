@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
-from xconf.planner import plan_experiment
+from xconf.planner import plan_experiment, same_as_baseline
 from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
@@ -96,6 +96,10 @@ def prepare(
 
 def publish_plan(prepared: Prepared) -> None:
     rows = [case.to_row() for case in prepared.execution.cases]
+    covered = same_as_baseline(prepared.execution.plan)
+    if covered and rows and rows[0]["kind"] == "baseline":
+        # Declared values equal to the baseline add no case: the baseline row says so.
+        rows[0]["same_as_baseline"] = {path: value for path, value in covered}
     prepared.store.publish_plan(plan_header(prepared.execution), rows)
 
 

@@ -48,6 +48,7 @@ from xconf.artifacts.layout import (
     read_json,
     read_plan_lines,
 )
+from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
@@ -209,6 +210,9 @@ def verify_run(run_dir: Path) -> VerifyReport:
     cases_dir = store.path / CASES_DIR
     planned = _planned(store, add)
     seen: set[str] = set()
+    plan_problem = plan_seal_problem(store.path)
+    if plan_problem is not None:  # a swapped or edited row would relabel verdicts
+        add(Finding("-", "-", "damaged", None, f"plan seal: {plan_problem}"))
     if cases_dir.is_symlink() or (cases_dir.exists() and not cases_dir.is_dir()):
         add(Finding("-", "-", "damaged", None, "cases is not a real directory"))
         return report

@@ -19,7 +19,7 @@ import torch
 from xconf.artifacts.layout import COMPARISON_NAME, JSON_PAYLOADS, SCORE_FILES, TOKEN_DIFFS_NAME
 from xconf.artifacts.layout import read_json as read_bounded_json
 from xconf.artifacts.store import read_tensors
-from xconf.comparison import _diagnostics, recompute_result, verdict_threshold
+from xconf.comparison import _diagnostics, finite_document, recompute_result, verdict_threshold
 from xconf.contract.loader import load_contract
 from xconf.errors import ArtifactError, XconfError
 
@@ -56,10 +56,16 @@ def check_diagnostics(
     if ids is None or ids.shape != active.shape:
         return f"{SCORE_FILES['rollout']} has no selected_token_ids of the scored shape"
     count = int(active.sum())
-    expected = {
-        "mismatch_ratio": int(doc.get("mismatches", -1)) / count,
-        **_diagnostics(diff, roll, train, active, _StoredInputs(ids)),  # type: ignore[arg-type]
-    }
+    try:
+        diagnostics = _diagnostics(diff, roll, train, active, _StoredInputs(ids))  # type: ignore[arg-type]
+    except Exception:  # the runner recorded the same failure instead of the figures
+        if isinstance(doc.get("diagnostics_error"), str):
+            return None
+        raise
+    # Stored as the runner stores them: a non-finite figure is null (and named in non_finite).
+    expected = finite_document(
+        {"mismatch_ratio": int(doc.get("mismatches", -1)) / count, **diagnostics}
+    )
     for key in DIAGNOSTIC_KEYS:
         if _as_json(expected[key]) != doc.get(key):
             return f"diagnostic {key!r} in comparison.json disagrees with the recomputation"

@@ -237,26 +237,32 @@ def test_attempts_are_listed_newest_first(store) -> None:
 # -- plan publication ------------------------------------------------------------------------
 
 
-def test_plan_rows_are_appended_once_and_header_must_match(store) -> None:
+def test_the_plan_is_sealed_once_and_a_rerun_must_plan_the_same_cases(store) -> None:
     header = {"schema": "xconf.plan.v1", "experiment_id": "exp-1"}
     store.publish_plan(header, [{"case_id": "c-1"}, {"case_id": "c-2"}])
-    store.publish_plan(header, [{"case_id": "c-2"}, {"case_id": "c-3"}])
-    lines = (store.path / "plan.jsonl").read_text().splitlines()
-    assert [json.loads(line)["case_id"] for line in lines] == ["c-1", "c-2", "c-3"]
+    sealed = (store.path / "plan.jsonl").read_bytes()
+    store.publish_plan(header, [{"case_id": "c-2"}])  # a subset (one job of a sweep)
+    assert (store.path / "plan.jsonl").read_bytes() == sealed
+    with pytest.raises(ArtifactError) as info:
+        store.publish_plan(header, [{"case_id": "c-2"}, {"case_id": "c-3"}])
+    assert info.value.code == "artifacts.experiment_conflict"
+    assert "another experiment_id" in info.value.message
     before = (store.path / "experiment.json").read_bytes()
     with pytest.raises(ArtifactError) as info:
         store.publish_plan({**header, "scenario": "other"}, [])
     assert info.value.code == "artifacts.experiment_conflict"
     assert (store.path / "experiment.json").read_bytes() == before
+    assert json.loads(before)["plan_sha256"]
 
 
-def test_a_torn_plan_line_is_tolerated(store) -> None:
+def test_an_edited_plan_breaks_its_seal(store) -> None:
     header = {"schema": "xconf.plan.v1"}
-    store.publish_plan(header, [{"case_id": "c-1"}])
-    with open(store.path / "plan.jsonl", "ab") as handle:
-        handle.write(b'{"case_id": "c-to')
-    store.publish_plan(header, [{"case_id": "c-2"}])
-    assert store.planned_case_ids() == {"c-1", "c-2"}
+    store.publish_plan(header, [{"case_id": "c-1"}, {"case_id": "c-2"}])
+    lines = (store.path / "plan.jsonl").read_text().splitlines()
+    (store.path / "plan.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+    with pytest.raises(ArtifactError) as info:
+        store.publish_plan(header, [{"case_id": "c-1"}])
+    assert info.value.code == "artifacts.plan_seal"
 
 
 # -- tensors ---------------------------------------------------------------------------------

@@ -141,10 +141,10 @@ def test_unobservable_critical_knob_is_refused(s0_doc, tmp_path, monkeypatch) ->
     assert "cannot observe" in record.reason
 
 
-def test_identity_checkpoint_mismatch_is_a_coded_error(s0_doc, tmp_path) -> None:
+def test_identity_checkpoint_mismatch_is_invalid_identity(s0_doc, tmp_path) -> None:
     s0_doc["identity"]["checkpoint_id"] = "another-model"
     summary = run_doc(only(s0_doc), tmp_path)
-    assert summary.records[0].result == "error"
+    assert summary.records[0].result == "invalid_identity"
     error = attempt_doc(summary, "baseline", "comparison.json")["error"]
     assert error["code"] == "runtime.checkpoint_mismatch"
     assert error["path"] == "identity.checkpoint_id"

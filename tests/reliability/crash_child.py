@@ -82,7 +82,6 @@ def install(faults: Faults) -> None:
     _wrap(faults, session, "plan_experiment", "plan_experiment", "planning")
     _wrap(faults, session, "build_execution_plan", "bind_operators", "planning")
     _wrap(faults, store_mod.ExperimentStore, "publish_plan", "publish_plan", "planning")
-    _wrap(faults, store_mod, "append_line", "append_plan_row", "planning")
     _wrap(faults, adapter_mod.CpuSmokeRuntime, "build_engine", "build_engine", "engine")
     _wrap(faults, engines_mod, "build_model", "build_model", "engine")
     for cls in (engines_mod.RolloutEngine, engines_mod.TrainingEngine):

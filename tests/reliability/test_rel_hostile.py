@@ -82,9 +82,10 @@ HOSTILE: dict[str, Callable[[Path], None]] = {
 }
 # What each command must answer (exit code) for each hostile file.
 EXPECTED = {
-    "verify": {"FIFO experiment.json": 2, "nested plan.jsonl line": 0, "FIFO plan.jsonl": 1},
+    # a line appended to the sealed plan breaks its seal: damage (verify 1), refused (plan 2)
+    "verify": {"FIFO experiment.json": 2, "nested plan.jsonl line": 1, "FIFO plan.jsonl": 1},
     "report": {"FIFO experiment.json": 2},
-    "plan": {"FIFO experiment.json": 2, "FIFO plan.jsonl": 2},
+    "plan": {"FIFO experiment.json": 2, "FIFO plan.jsonl": 2, "nested plan.jsonl line": 2},
     # the store's scan before a run scores: a damaged attempt is simply not reusable (1)
     "resume": {"nested plan.jsonl line": 0, "FIFO experiment.json": 0, "FIFO plan.jsonl": 2},
 }

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from xconf.artifacts.plan_seal import plan_bytes, plan_digest
+
 THRESHOLDS = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 5e-2}
 PRECISION = ("float32", "float16", "bfloat16")
 CONTRACT = {"version": "2026.11.0", "sha256": hashlib.sha256(b"contract").hexdigest()}
@@ -282,17 +284,6 @@ def write_run(
 ) -> Path:
     exp_dir = root / experiment_id
     exp_dir.mkdir(parents=True)
-    _dump(
-        exp_dir / "experiment.json",
-        {
-            "schema": "xconf.experiment.v1",
-            "experiment_id": experiment_id,
-            "scenario_id": "S0",
-            "strategy": "one_at_a_time",
-            "contract": CONTRACT,
-            "baseline": BASE_KNOBS,
-        },
-    )
     rows = []
     for index, spec in enumerate(specs):
         case_id = case_id_for(spec.changed)
@@ -310,7 +301,20 @@ def write_run(
             write_attempt(
                 exp_dir, experiment_id, spec, case_id, f"a-{number:04d}", mode, tokenizer_id
             )
-    (exp_dir / "plan.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = plan_bytes(rows)
+    (exp_dir / "plan.jsonl").write_bytes(data)
+    _dump(  # sealed like the store seals it: experiment.json holds the plan's digest
+        exp_dir / "experiment.json",
+        {
+            "schema": "xconf.experiment.v1",
+            "experiment_id": experiment_id,
+            "scenario_id": "S0",
+            "strategy": "one_at_a_time",
+            "contract": CONTRACT,
+            "baseline": BASE_KNOBS,
+            "plan_sha256": plan_digest(data),
+        },
+    )
     return exp_dir
 
 

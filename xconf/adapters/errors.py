@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xconf.errors import XconfError
+from xconf.errors import IdentityViolation, XconfError
 
 
 class AdapterError(XconfError):
@@ -25,7 +25,7 @@ class ScoringError(AdapterError):
     """A scorer could not score the frozen tokens (shape, mode, engine output)."""
 
 
-class IdentityViolationError(AdapterError):
+class IdentityViolationError(AdapterError, IdentityViolation):
     """A scorer did not score the frozen identity (tokens changed, model mutated)."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +27,16 @@ from xconf.artifacts.layout import (
     read_plan_lines,
     read_regular,
 )
+from xconf.artifacts.plan_seal import (
+    PLAN_DIGEST_KEY,
+    plan_bytes,
+    plan_difference,
+    plan_digest,
+    sealed_rows,
+)
 from xconf.artifacts.safe_io import (
     Dir,
     allocate_attempt_dir,
-    append_line,
     check_id,
     publish_bytes,
     real_dir,
@@ -124,33 +130,51 @@ class ExperimentStore:
                 os.close(fd)
 
     def publish_plan(self, header: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
-        """Write experiment.json once (a rerun must match it) and append unseen plan rows."""
+        """Seal the plan once: plan.jsonl, then experiment.json holding its digest.
+
+        A rerun must describe the same experiment and plan the same cases or a subset of them
+        (a sweep job plans its one case); anything else is an ``experiment_conflict``.
+        """
         with self._locked() as directory:
             header_path = self.path / HEADER_NAME
             existing_bytes = read_regular(header_path)
-            if existing_bytes is not None:
-                try:
-                    existing = parse_json(existing_bytes, HEADER_NAME, str(header_path))
-                except ArtifactError:
-                    existing = None
-                if existing != json.loads(json_bytes(header)):
+            if existing_bytes is None:
+                data = plan_bytes(rows)
+                present = read_regular(self.path / PLAN_NAME)
+                if present is None:
+                    publish_bytes(directory, PLAN_NAME, data)
+                elif present != data:
                     raise ArtifactError(
-                        "artifacts.experiment_conflict",
-                        f"{header_path} describes a different experiment with the same id; "
-                        "choose another experiment_id or output root",
-                        "experiment_id",
+                        "artifacts.plan_seal",
+                        f"{self.path / PLAN_NAME} exists without {HEADER_NAME}",
+                        str(self.path / PLAN_NAME),
                     )
-            else:
-                publish_bytes(directory, HEADER_NAME, json_bytes(header))
-            known = self.planned_case_ids()
-            for row in rows:
-                if row["case_id"] not in known:
-                    append_line(
-                        directory,
-                        PLAN_NAME,
-                        json.dumps(row, sort_keys=True, allow_nan=False).encode(),
-                    )
-                    known.add(row["case_id"])
+                sealed = {**header, PLAN_DIGEST_KEY: plan_digest(data)}
+                publish_bytes(directory, HEADER_NAME, json_bytes(sealed))
+                return
+            try:
+                existing = parse_json(existing_bytes, HEADER_NAME, str(header_path))
+            except ArtifactError:
+                existing = None
+            unsealed = dict(existing) if isinstance(existing, dict) else None
+            if unsealed is not None:
+                unsealed.pop(PLAN_DIGEST_KEY, None)
+            if unsealed != json.loads(json_bytes(header)):
+                raise ArtifactError(
+                    "artifacts.experiment_conflict",
+                    f"{header_path} describes a different experiment with the same id; "
+                    "choose another experiment_id or output root",
+                    "experiment_id",
+                )
+            difference = plan_difference(sealed_rows(self.path), rows)
+            if difference is not None:
+                raise ArtifactError(
+                    "artifacts.experiment_conflict",
+                    f"experiment '{self.experiment_id}' under {self.root} was planned with "
+                    f"another plan: {difference}; choose another experiment_id (or output "
+                    "root) for this plan",
+                    "experiment_id",
+                )
 
     def planned_case_ids(self) -> set[str]:
         """Case ids of plan.jsonl; a torn or hostile line (an interrupted append) is skipped."""
@@ -233,8 +257,17 @@ class ExperimentStore:
         state = seal_check.check_attempt(path, self.experiment_id, path.parent.name)
         return AttemptCheck(path.parent.name, path.name, path, state)
 
-    def find_reusable(self, case_id: str, execution_key: str) -> AttemptCheck | None:
-        """The newest valid, sealed attempt with this execution key and a reusable result."""
+    def find_reusable(
+        self,
+        case_id: str,
+        execution_key: str,
+        accept: Callable[[AttemptCheck], bool] | None = None,
+    ) -> AttemptCheck | None:
+        """The newest valid, sealed attempt with this execution key and a reusable result.
+
+        ``accept`` may still refuse a candidate (the runner re-judges it from its tensors);
+        an older candidate is tried next.
+        """
         for path in self.attempts(case_id):
             check = self.verify_attempt(path)
             if not check.valid or check.seal is None:
@@ -242,6 +275,8 @@ class ExperimentStore:
             if check.seal.get("execution_key") != execution_key:
                 continue
             if check.seal.get("result") in NON_REUSABLE_RESULTS:
+                continue
+            if accept is not None and not accept(check):
                 continue
             return check
         return None

@@ -117,7 +117,7 @@ def verdict_table(summary: RunSummary) -> Table:
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
             Text(r.case_id),
-            Text(r.label),
+            Text(r.label + ("" if r.intervention_applied else " (intervention not applied)")),
             Text(r.result, style=style),
             Text(str(r.active_tokens)),
             Text(str(r.mismatches)),
@@ -163,6 +163,16 @@ class ConsoleView:
 
     def planned(self, prepared: Prepared, note: str) -> None:
         self.console.print(plan_table(prepared.execution))
+        from xconf.planner import same_as_baseline
+
+        for path, value in same_as_baseline(prepared.execution.plan):
+            self.console.print(
+                Text(
+                    f"intervention {path}={value} equals the baseline: "
+                    "no case of its own, the baseline case covers it",
+                    style="yellow",
+                )
+            )
         self.console.print(Text(f"wrote {prepared.store.path / 'plan.jsonl'}{note}"))
 
     def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:

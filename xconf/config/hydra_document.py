@@ -53,6 +53,7 @@ def reject_config_set_cli_keys(
             "the runtime is chosen on the command line (runtime=NAME), not by an experiment",
             "runtime",
         )
+    _reject_config_set_runtime(cfg, from_cli, runtime_choice)
     if cfg.get("mode") not in ("plan", "run"):
         raise ConfigError("config.invalid_value", "mode is plan or run", "mode")
     if not isinstance(cfg.get("allow_smoke_operators"), bool):
@@ -77,3 +78,26 @@ def experiment_document(cfg: DictConfig) -> dict[str, Any]:
     }
     document["baseline"] = {k: container[k] for k in KNOB_ROOTS if k in container}
     return document
+
+
+def _reject_config_set_runtime(
+    cfg: DictConfig, from_cli: set[str], runtime_choice: str | None
+) -> None:
+    """The runtime group's file alone defines the runtime: an experiment that sets
+    ``runtime._target_`` (or any option) is refused; command-line overrides may set options."""
+    if "runtime" not in cfg or "runtime" in from_cli:
+        return
+    from xconf.session import runtime_config
+
+    expected = runtime_config(runtime_choice or DEFAULT_RUNTIME)
+    composed = OmegaConf.to_container(cfg.runtime, resolve=True)
+    if not isinstance(composed, dict):
+        return
+    for key in sorted(set(expected) | set(composed), key=lambda k: (k != "_target_", str(k))):
+        if composed.get(key) != expected.get(key) and f"runtime.{key}" not in from_cli:
+            raise ConfigError(
+                "config.cli_only_key",
+                f"runtime.{key} is set by a config file or experiment; the runtime and its "
+                "options come from conf/runtime/ and the command line only",
+                f"runtime.{key}",
+            )

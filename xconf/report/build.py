@@ -52,7 +52,11 @@ def build_report(
     cases = [_with_baseline_flag(c, c.case_id == baseline_id) for c in cases]
     ordered = sorted(cases, key=_verdict_key)
     baseline = next((c for c in ordered if c.is_baseline), None)
-    attribution = tuple(_attribution(c, baseline) for c in ordered if not c.is_baseline)
+    attribution = tuple(
+        _attribution(c, baseline)
+        for c in ordered
+        if not c.is_baseline and c.intervention_applied  # an unapplied knob proves nothing
+    )
     counts = {result: 0 for result in RESULTS}
     for case in ordered:
         counts[case.result] = counts.get(case.result, 0) + 1
@@ -188,11 +192,31 @@ def _case_report(case: StoredCase, factory: DecoderFactory) -> CaseReport:
         wall_s=stats.as_float(payload.actual.get("wall_s")) if payload else None,
         rollout_correction=_mapping_or_none(comparison.get("rollout_correction")),
         sequences=sequences(identity, diffs, decode) if diffs is not None and decode else (),
+        intervention_applied=_intervention_applied(comparison),
+        engines=_engines(payload.actual if payload else {}),
     )
 
 
 def _mapping_or_none(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, dict) else None
+
+
+def _intervention_applied(comparison: Mapping[str, Any]) -> bool:
+    intervention = comparison.get("intervention")
+    return not (isinstance(intervention, dict) and intervention.get("applied") is False)
+
+
+def _engines(actual: Any) -> dict[str, Any]:
+    """Engine versions and code digest that scored the attempt (actual.json provenance)."""
+    provenance = actual.get("provenance") if isinstance(actual, dict) else None
+    if not isinstance(provenance, dict):
+        return {}
+    engines = provenance.get("engines")
+    code = provenance.get("code")
+    found = dict(engines) if isinstance(engines, dict) else {}
+    if isinstance(code, dict) and isinstance(code.get("xconf"), str):
+        found["xconf"] = code["xconf"]
+    return found
 
 
 def _str(value: Any) -> str | None:

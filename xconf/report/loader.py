@@ -26,6 +26,7 @@ from xconf.artifacts.layout import (
     read_plan_lines,
     read_regular,
 )
+from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.errors import ArtifactError
 from xconf.report.errors import ReportError
 from xconf.schema import is_safe_id
@@ -294,6 +295,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
         )
     plan, plan_problems = _parse_plan(root / PLAN_NAME)
     problems.extend(plan_problems)
+    seal_problem = plan_seal_problem(root)
+    if seal_problem is not None:
+        problems.append(f"plan seal: {seal_problem}")
     by_id = {row.case_id: row for row in plan}
     cases_dir = root / "cases"
     on_disk: list[str] = []

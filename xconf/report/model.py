@@ -131,6 +131,10 @@ class CaseReport:
     wall_s: float | None = None  # seconds the case took (both engines and both sides)
     rollout_correction: Mapping[str, Any] | None = None  # verl's figures; never vote
     sequences: tuple[SequenceText, ...] = ()  # only with a tokenizer at hand
+    # False: a declared knob was not run as requested (no strict execution); the verdict
+    # stands, but the case is no evidence about the knob and is left out of the ranking.
+    intervention_applied: bool = True
+    engines: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def severity(self) -> int:

@@ -78,7 +78,12 @@ def _verdict_table(data: ReportData, narrow: bool) -> Any:
     for case in data.cases[:MAX_ROWS]:
         row: list[str | Text] = [
             Text(case.case_id[:10] if narrow else case.case_id),  # verbatim, never markup
-            Text("baseline" if case.is_baseline else case.label),
+            Text(
+                "baseline"
+                if case.is_baseline
+                else case.label
+                + ("" if case.intervention_applied else " (intervention not applied)")
+            ),
             Text(case.result, style=STYLES.get(case.result, "")),
             "—" if case.active_tokens is None else str(case.active_tokens),
             "—" if case.mismatches is None else str(case.mismatches),

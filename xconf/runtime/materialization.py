@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
 from xconf.knobs import KNOBS, KnobValue
 from xconf.runtime.protocol import KnobApplication, RuntimeBinding, SideBinding
-from xconf.semantic_registry import OperatorBinding
+from xconf.semantic_registry import OperatorBinding, Side
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 
@@ -69,7 +70,19 @@ def apply_readback(
             )
             continue
         value = readback[knob.path]
-        if value != knob.materialized:
+        if value == knob.materialized:
+            actual.append(replace(knob, actual=value))
+        elif value == knob.requested:
+            # The requested value names the implementation the engine runs (the declared
+            # intervention *is* the fallback implementation): it was honoured, not replaced.
+            actual.append(
+                replace(
+                    knob,
+                    actual=value,
+                    evidence=f"engine runs {value!r}, the requested implementation itself",
+                )
+            )
+        else:
             actual.append(
                 replace(
                     knob,
@@ -78,32 +91,54 @@ def apply_readback(
                     evidence=f"engine runs {value!r}, {knob.materialized!r} was set",
                 )
             )
-        else:
-            actual.append(replace(knob, actual=value))
     return tuple(actual)
 
 
 def strict_violations(
-    applications: tuple[KnobApplication, ...],
-    *,
-    strict_fallback: bool,
-    declared: frozenset[str] = frozenset(),
+    applications: tuple[KnobApplication, ...], *, strict_fallback: bool
 ) -> list[str]:
     """Reasons strict execution refuses these applications (empty: acceptable).
 
-    A fallback is measurable only when its knob is itself the case's declared intervention
-    (``declared``): then the case measures what the fallback does, and actual.json records it.
+    Under strict execution a critical knob that fell back, is unsupported or cannot be observed
+    makes the case an error, on the case's declared knob as on any other: a declared value the
+    engine did not honour measures nothing. (A requested value that names the fallback
+    implementation itself is ``applied`` by ``apply_readback``, so it never arrives here.)
+    Each reason starts with ``side:knob``.
     """
     reasons = []
     for app in applications:
         where = f"{app.side}:{app.path}"
         if app.status in REJECTED_STATUSES:
             reasons.append(f"{where} is {app.status} ({app.evidence})")
-        elif app.status == "fallback" and strict_fallback and app.path not in declared:
+        elif not strict_fallback or not KNOBS[app.path].critical:
+            continue
+        elif app.status == "fallback":
             reasons.append(f"{where} fell back ({app.evidence})")
-        elif app.status == "unobservable" and strict_fallback and KNOBS[app.path].critical:
+        elif app.status == "unobservable":
             reasons.append(f"{where} is a critical knob the runtime cannot observe")
     return reasons
+
+
+def refusal(reasons: list[str]) -> RuntimeMaterializationError:
+    """The case error for strict refusals: its path names the first refused ``side:knob``."""
+    return RuntimeMaterializationError(
+        "runtime.strict_refused", "; ".join(reasons), path=reasons[0].split(" ")[0]
+    )
+
+
+def not_applied(
+    applications: tuple[KnobApplication, ...], declared: frozenset[str]
+) -> list[dict[str, object]]:
+    """Declared (changed) knobs whose value the engine did not run, with the evidence.
+
+    Without strict execution such a case keeps its verdict but is marked "intervention not
+    applied": it never counts as evidence about the knob.
+    """
+    return [
+        {"side": a.side, "path": a.path, "status": a.status, "evidence": a.evidence}
+        for a in applications
+        if a.path in declared and a.status != "applied"
+    ]
 
 
 def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
@@ -114,6 +149,47 @@ def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
         observable = tuple(k for k in side.knobs if k.status != "unobservable")
         reasons += strict_violations(observable, strict_fallback=strict_fallback)
     if reasons:
-        raise RuntimeMaterializationError(
-            "runtime.strict_refused", "; ".join(reasons), path=reasons[0].split(" ")[0]
+        raise refusal(reasons)
+
+
+def backend_application(
+    side: Side, knobs: Mapping[str, Any], operator: OperatorBinding
+) -> KnobApplication:
+    """``logp.backend`` through the three stages: requested, bound, instantiated.
+
+    The operator session instantiates exactly the bound descriptor (its fingerprint is checked
+    and resolution never falls back), so the backend that ran is the bound one.
+    """
+    requested = knobs.get("logp.backend", operator.backend_id)
+    if operator.runtime_native:
+        how = "the runtime's own selected-logprob path"
+    else:
+        fingerprint = operator.descriptor_fingerprint[:12]
+        how = f"operator '{operator.backend_id}' (descriptor {fingerprint})"
+    mapped = "" if requested == operator.backend_id else "; an explicit operators mapping binds it"
+    return KnobApplication(
+        "logp.backend",
+        side,
+        KNOBS["logp.backend"].lifecycle,
+        requested,
+        operator.backend_id,
+        operator.backend_id,
+        "applied",
+        f"scored with {how}{mapped}",
+    )
+
+
+def unreached_applications(side: SideBinding, exc: BaseException) -> tuple[KnobApplication, ...]:
+    """The actual stage of a side the case never read back: nothing observed, status error."""
+    code = getattr(exc, "code", type(exc).__name__)
+    return tuple(
+        knob
+        if knob.status in REJECTED_STATUSES
+        else replace(
+            knob,
+            actual=None,
+            status="error",
+            evidence=f"{knob.evidence}; not read back: the case stopped with {code}",
         )
+        for knob in side.knobs
+    )

@@ -12,10 +12,11 @@ from xconf.adapters.cpu_smoke.model import (
     SyntheticModelConfig,
     build_model,
 )
-from xconf.errors import XconfError
+from xconf.errors import IdentityViolation, XconfError
 from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
+from xconf.runtime.requests import batch_size_from_requests
 from xconf.schema import Identity
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
@@ -40,10 +41,11 @@ class _SyntheticEngine:
         self.config = config
         self.model: SyntheticCausalLM = build_model(config, DTYPES[dtype])
         self.request_size: int | None = None  # batch size of the last scoring call
+        self.request_sizes: list[int] = []  # rows of every request the last call ran
 
     def _check_identity(self, inputs: FrozenInputs, identity: Identity) -> None:
         if identity.checkpoint_id != self.config.checkpoint_id:
-            raise XconfError(
+            raise IdentityViolation(
                 "runtime.checkpoint_mismatch",
                 f"identity names checkpoint '{identity.checkpoint_id}', the synthetic model is "
                 f"'{self.config.checkpoint_id}'",
@@ -73,6 +75,7 @@ class _SyntheticEngine:
     ) -> SideScore:
         self._check_identity(inputs, identity)
         self.request_size = batch_size
+        self.request_sizes = []
         was_training = self.model.training
         before = self.model.state_digest()
         self.model.eval()
@@ -82,6 +85,7 @@ class _SyntheticEngine:
                 for start in range(0, inputs.token_ids.shape[0], batch_size):
                     rows = slice(start, start + batch_size)
                     logits = self._logits(inputs.token_ids[rows], inputs.position_ids[rows])
+                    self.request_sizes.append(int(logits.shape[0]))
                     chunks.append(
                         _selected(
                             logits, inputs.selected_token_ids[rows], inputs.active_mask[rows], op
@@ -127,7 +131,8 @@ class TrainingEngine(_SyntheticEngine):
             "training.compute_dtype": DTYPE_NAMES[self.model.embed.dtype],
             "training.attention_backend": self.attention,
             "training.sharding": "unsharded",
-            "batch.size": self.request_size,  # request lifecycle: observed after a call
+            # request lifecycle: observed after a call, from the requests that ran
+            "batch.size": batch_size_from_requests(self.request_sizes, self.request_size),
         }
 
     def score(
@@ -173,7 +178,7 @@ class RolloutEngine(_SyntheticEngine):
             "rollout.enforce_eager": self.eager,
             "rollout.tensor_parallel_size": 1,
             "rollout.context_parallel_size": 1,
-            "batch.size": self.request_size,
+            "batch.size": batch_size_from_requests(self.request_sizes, self.request_size),
         }
 
     def score(

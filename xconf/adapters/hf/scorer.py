@@ -31,6 +31,7 @@ from xconf.adapters.hf.readonly import (
     restore_modes,
     state_digest,
 )
+from xconf.runtime.requests import batch_size_from_requests
 
 SelectedLogprobOp = Callable[[Any, Any, Any], Any]
 
@@ -201,7 +202,7 @@ class HFTrainingScorer:
     def readback(self) -> dict[str, Any]:
         out = readback(self.model)
         out["training.state_digest"] = state_digest(self.model).to_dict()
-        out["batch.size"] = self.last_request_size
+        out["batch.size"] = batch_size_from_requests(self.request_sizes, self.last_request_size)
         out["training.request_sizes"] = list(self.request_sizes)
         # What the forwards really were: one packed row per request, or a padded batch.
         kinds = set(self.layouts)

@@ -18,6 +18,7 @@ from typing import Any
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
 from xconf.canonical import canonical_digest
 from xconf.knobs import DTYPES
+from xconf.runtime.requests import batch_size_from_requests
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
 DEFAULT_KV_CACHE_BYTES = 64 << 20
@@ -209,6 +210,8 @@ class VllmRolloutEngine:
         _LIVE.add(self)
         self.last_batch_size: int | None = None  # the chunking of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
+        # Prompt tokens the scored pass took from the prefix cache (None: not scored yet).
+        self.prefix_cache_hits: int | None = None
 
     @property
     def closed(self) -> bool:
@@ -219,9 +222,17 @@ class VllmRolloutEngine:
         """0: only the selected token (native); -1: every vocabulary entry (operator path)."""
         return 0 if self.cfg.logprobs_mode == "raw_logprobs" else -1
 
-    def note_request(self, n_outputs: int) -> None:
-        """Record how many requests the engine answered in one generate call."""
+    def note_request(self, n_outputs: int, cached_tokens: int = 0) -> None:
+        """Record how many requests the engine answered in one generate call, and how many
+        prompt tokens it served from the prefix cache (``RequestOutput.num_cached_tokens``)."""
         self.request_sizes.append(n_outputs)
+        self.prefix_cache_hits = (self.prefix_cache_hits or 0) + cached_tokens
+
+    def reset_state(self) -> None:
+        """Forget every cached KV block, so a case never depends on the cases before it."""
+        self.llm.reset_prefix_cache()
+        self.request_sizes = []
+        self.prefix_cache_hits = None
 
     @property
     def tokenizer(self) -> Any:
@@ -242,7 +253,11 @@ class VllmRolloutEngine:
         mode = getattr(comp, "mode", None)
         out: dict[str, Any] = {
             "rollout.dtype": str(mc.dtype).removeprefix("torch."),
-            "rollout.enable_prefix_caching": bool(cc.enable_prefix_caching),
+            # Prefix caching counts as on only when the scored pass hit the cache: an engine
+            # configured for it that served no cached token measured the uncached path.
+            "rollout.enable_prefix_caching": bool(cc.enable_prefix_caching)
+            and self.prefix_cache_hits != 0,
+            "rollout.prefix_cache_hits": self.prefix_cache_hits,
             "rollout.enforce_eager": bool(mc.enforce_eager),
             "rollout.compilation_mode": getattr(mode, "name", str(mode)),
             "rollout.cudagraph_mode": str(getattr(comp, "cudagraph_mode", None)),
@@ -261,7 +276,8 @@ class VllmRolloutEngine:
             "rollout.kv_cache_dtype": str(cc.cache_dtype),
             "rollout.enable_chunked_prefill": bool(sc.enable_chunked_prefill),
             "rollout.max_num_batched_tokens": int(sc.max_num_batched_tokens),
-            "batch.size": self.last_batch_size,
+            # Read from the requests the engine answered, not echoed from the request.
+            "batch.size": batch_size_from_requests(self.request_sizes, self.last_batch_size),
             "rollout.request_sizes": list(self.request_sizes),
         }
         try:

@@ -134,7 +134,7 @@ def _score_decode(
     outs = engine.llm.generate(
         [{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False
     )
-    engine.note_request(len(outs))
+    engine.note_request(len(outs), _cached(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
         comp = out.outputs[0]
@@ -166,7 +166,7 @@ def _score_prefill(
     outs = engine.llm.generate(
         [{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False
     )
-    engine.note_request(len(outs))
+    engine.note_request(len(outs), _cached(outs))
     result = []
     for s, out in zip(samples, outs, strict=True):
         plp = out.prompt_logprobs
@@ -208,7 +208,15 @@ def score_frozen(
             "logp.backend",
         )
     scorer = _score_decode if mode == "decode" else _score_prefill
-    engine.request_sizes = []
+    # Engine state never carries over between cases: results must not depend on case order.
+    engine.reset_state()
+    if engine.cfg.enable_prefix_caching:
+        # The measured prefix-caching path: a warm-up pass fills the cache, the scored pass
+        # below hits it; the hits it reports are the evidence that caching was exercised.
+        for chunk in batch.chunks(batch_size):
+            scorer(engine, [batch.samples[i] for i in chunk], op)
+        engine.request_sizes = []
+        engine.prefix_cache_hits = None
     engine.last_batch_size = batch_size
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     for chunk in batch.chunks(batch_size):
@@ -216,3 +224,8 @@ def score_frozen(
         for i, positions in zip(chunk, scored, strict=True):
             per_sample[i] = positions
     return assemble_scores(batch, per_sample, side="rollout")
+
+
+def _cached(outs: Any) -> int:
+    """Prompt tokens the engine served from its prefix cache for these requests."""
+    return sum(int(getattr(out, "num_cached_tokens", 0) or 0) for out in outs)

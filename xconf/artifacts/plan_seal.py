@@ -1,0 +1,92 @@
+"""The sealed plan: plan.jsonl written once, its SHA-256 recorded in experiment.json.
+
+Swapping or editing plan rows would relabel verdicts in the report, so the plan is sealed like
+an attempt: run, verify and report recompute its digest (reading it without following a
+symlink) and refuse or flag a mismatch. A rerun under the same experiment id must plan the same
+cases (or a subset of them, as one job of a sweep does); a different plan is an
+``experiment_conflict`` that names the difference and the way out. Torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xconf.artifacts.layout import HEADER_NAME, PLAN_NAME, read_plan_lines, read_regular
+from xconf.errors import ArtifactError
+
+PLAN_DIGEST_KEY = "plan_sha256"
+
+
+def plan_bytes(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    return b"".join(
+        json.dumps(row, sort_keys=True, allow_nan=False).encode() + b"\n" for row in rows
+    )
+
+
+def plan_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def plan_seal_problem(experiment_dir: Path) -> str | None:
+    """Why plan.jsonl does not match the digest sealed in experiment.json (None: it does)."""
+    try:
+        header_bytes = read_regular(experiment_dir / HEADER_NAME)
+        data = read_regular(experiment_dir / PLAN_NAME)
+    except ArtifactError as exc:
+        return exc.message
+    if header_bytes is None:
+        return "experiment.json is missing"
+    try:
+        header = json.loads(header_bytes.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return "experiment.json does not parse"
+    sealed = header.get(PLAN_DIGEST_KEY) if isinstance(header, dict) else None
+    if not isinstance(sealed, str):
+        return f"experiment.json seals no plan ({PLAN_DIGEST_KEY} missing)"
+    if data is None:
+        return f"{PLAN_NAME} is missing"
+    if plan_digest(data) != sealed:
+        return f"{PLAN_NAME} does not match the digest sealed in experiment.json"
+    return None
+
+
+def sealed_rows(experiment_dir: Path) -> dict[str, dict[str, Any]]:
+    """The sealed plan's rows by case id; raises ``artifacts.plan_seal`` if it is not sealed."""
+    problem = plan_seal_problem(experiment_dir)
+    if problem is not None:
+        raise ArtifactError("artifacts.plan_seal", problem, str(experiment_dir / PLAN_NAME))
+    rows = {}
+    for _, row in read_plan_lines(experiment_dir / PLAN_NAME):  # bounded, depth-limited parse
+        if isinstance(row, dict) and isinstance(row.get("case_id"), str):
+            rows[row["case_id"]] = row
+    return rows
+
+
+def _show(row: Mapping[str, Any]) -> str:
+    changed = row.get("changed") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(changed.items())) or "baseline"
+
+
+def plan_difference(
+    existing: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """What makes ``rows`` a different plan than the sealed one (None: same plan or a subset)."""
+    new = [row for row in rows if row["case_id"] not in existing]
+    if not new:
+        return None
+    parts = []
+    old_base = next((r for r in existing.values() if not r.get("changed")), None)
+    new_base = next((r for r in new if not r.get("changed")), None)
+    if old_base is not None and new_base is not None:
+        before, after = old_base.get("knobs") or {}, new_base.get("knobs") or {}
+        moved = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        shown = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in moved)
+        parts.append(f"the baseline differs ({shown or 'another identity or contract'})")
+    others = [r for r in new if r is not new_base]
+    if others:
+        parts.append(f"cases not in the sealed plan: {', '.join(_show(r) for r in others[:5])}")
+    return "; ".join(parts)
