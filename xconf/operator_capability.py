@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from xconf.errors import OperatorResolutionError
+from xconf.knobs import DTYPES
+from xconf.knobs import Dtype as LogitsDtype
 
 DeterminismScope = Literal["fixed_topology", "cross_tp_bitwise"]
 MaskMode = Literal["explicit_active_mask", "ignore_index"]
@@ -19,14 +21,13 @@ MaskMode = Literal["explicit_active_mask", "ignore_index"]
 Tier = Literal["reference", "production", "runtime", "smoke"]
 Role = Literal["rollout", "training"]
 Platform = Literal["cpu", "cuda", "rocm"]
-LogitsDtype = Literal["float32", "bfloat16", "float16"]
 
 DETERMINISM_SCOPES: tuple[DeterminismScope, ...] = get_args(DeterminismScope)
 MASK_MODES: tuple[MaskMode, ...] = get_args(MaskMode)
 TIERS: tuple[Tier, ...] = get_args(Tier)
 ROLES: tuple[Role, ...] = get_args(Role)
 PLATFORMS: tuple[Platform, ...] = get_args(Platform)
-LOGITS_DTYPES: tuple[LogitsDtype, ...] = get_args(LogitsDtype)
+LOGITS_DTYPES: tuple[LogitsDtype, ...] = DTYPES
 
 
 def _invalid(code: str, message: str, path: str) -> OperatorResolutionError:

@@ -10,11 +10,19 @@ from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
 
+from xconf.canonical import canonical_digest
 from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
-from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue, KnobValueError, normalize_value
-from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec, canonical_digest
+from xconf.knobs import (
+    CONTRACT_KNOBS,
+    DERIVED_KNOBS,
+    KNOBS,
+    KnobValue,
+    KnobValueError,
+    normalize_value,
+)
+from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec
 
 MAX_CASES = 256  # fixed framework cap; not configurable
 
@@ -96,8 +104,10 @@ def _normalize_baseline(spec: ExperimentSpec, issues: _Issues) -> dict[str, Knob
         value = _normalize(path, raw, f"baseline.{path}", issues)
         if value is not None:
             baseline[path] = value
+    # The contract's knobs are all declared; an extended knob only when a case changes it.
+    required = set(CONTRACT_KNOBS) | {i.path for i in spec.interventions if i.path in KNOBS}
     for path in KNOBS:
-        if path not in dict(spec.baseline):
+        if path in required and path not in dict(spec.baseline):
             issues.add(
                 "plan.missing_baseline_value",
                 f"baseline.{path}",

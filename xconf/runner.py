@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.canonical import canonical_digest
 from xconf.comparison import ComparisonOutcome, compare, error_outcome
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import XconfError
@@ -35,7 +36,7 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank
-from xconf.schema import Identity, canonical_digest
+from xconf.schema import Identity
 from xconf.semantic_registry import (
     SIDES,
     OperatorSession,
@@ -249,6 +250,7 @@ class PairedRunner:
         )
         actual: dict[str, Any] = {"sides": {}}
         scores: dict[str, SideScore] = {}
+        case_started = time.perf_counter()
         try:
             with case_deadline(self.case_timeout_s):
                 self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
@@ -279,6 +281,9 @@ class PairedRunner:
             rollout_dtype=side_dtype(knobs, "rollout"),
             training_dtype=side_dtype(knobs, "training"),
         )
+        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
+        # verdict document, which a rescore must reproduce byte for byte.
+        actual["wall_s"] = time.perf_counter() - case_started
         return self._documents(case, binding, identity, knobs, actual, scores, outcome)
 
     def _score_sides(

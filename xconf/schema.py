@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xconf.canonical import canonical_digest
 from xconf.knobs import KnobValue
 
 EXPERIMENT_SCHEMA_V1 = "cross_config.experiment_config.v1"
+# v2: the v1 shape, plus the extended knobs of xconf.knobs (docs/experiment-v2.md).
+EXPERIMENT_SCHEMA_V2 = "cross_config.experiment_config.v2"
 PLAN_SCHEMA = "xconf.plan.v1"
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Always used with fullmatch: ``$`` alone would accept a trailing newline.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 Strategy = Literal["one_at_a_time", "pairwise"]
 CaseKind = Literal["baseline", "one_at_a_time", "pairwise"]
@@ -20,12 +23,7 @@ ScoringMode = Literal["decode", "prefill"]
 
 
 def is_safe_id(value: str) -> bool:
-    return bool(SAFE_ID.match(value)) and value not in {".", ".."} and ".." not in value
-
-
-def canonical_digest(document: Any) -> str:
-    blob = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return bool(SAFE_ID.fullmatch(value)) and value not in {".", ".."} and ".." not in value
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,13 @@ descriptor's ``factory`` is a ``"module:attr"`` import string resolved lazily.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, Literal
 
+from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError
 from xconf.operator_capability import ROLES, BackendCapability, Role
 
@@ -108,8 +106,7 @@ class OperatorDescriptor:
             "is_smoke_only": self.is_smoke_only,
             "factory_takes_side": self.factory_takes_side,
         }
-        blob = json.dumps(record, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return canonical_digest(record)
 
 
 class SemanticOperatorCatalog:
@@ -269,7 +266,16 @@ class OperatorSession:
                 options = dict(binding.options)
                 if descriptor.factory_takes_side:
                     options["side"] = binding.side
-                implementation = load_object(descriptor.factory)(**options)
+                try:
+                    factory = load_object(descriptor.factory)
+                except ImportError as exc:
+                    raise OperatorResolutionError(
+                        "operator.factory_unavailable",
+                        f"backend '{binding.backend_id}': cannot import its factory "
+                        f"'{descriptor.factory}': {str(exc).splitlines()[0]}",
+                        path,
+                    ) from exc
+                implementation = factory(**options)
                 instance = DispatchedOperator(implementation, descriptor, binding.side)
             self._instances[key] = instance
         self._provenance.append({**binding.to_dict(), "version": descriptor.version})
@@ -281,10 +287,6 @@ class OperatorSession:
 
 def load_object(import_path: str) -> Any:
     """Resolve ``"package.module:attr"`` (or ``package.module.attr``) to an object."""
-    module_name, sep, attr = import_path.partition(":")
-    if not sep:
-        module_name, _, attr = import_path.rpartition(".")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
+    from hydra.utils import get_object
+
+    return get_object(import_path.replace(":", "."))

@@ -1,50 +1,67 @@
 """`xconf verify RUN_DIR`: recompute every seal and every verdict of a run offline.
 
 RUN_DIR is an experiment directory ``<output root>/<experiment_id>``. For every attempt of
-every case the seal is recomputed (`ExperimentStore.verify_attempt`) and the verdict is
-re-judged from the stored token-level tensors and the stored threshold alone
-(`comparison.recompute_result`), then compared with ``comparison.json`` and with the result
-``COMPLETE`` names. Only JSON and safetensors are ever read: no pickle is ever loaded.
+every case the seal is recomputed (``xconf.artifacts.seal``, the one seal checker) and the
+verdict and its diagnostics are re-judged from the stored token-level tensors and the stored
+threshold alone (``xconf.verify_verdict``). Only bounded JSON and safetensors are ever read:
+no pickle, no link, no FIFO, nothing over its size bound.
 
-Exit codes:
+A case's answer is its newest valid attempt with a verdict (a result a resume keeps, i.e.
+not ``error``). Attempts older than that answer are history:
 
-* ``0`` every attempt is sealed, valid and consistent, and every planned case has one;
-* ``1`` at least one attempt (or entry of the experiment tree) is damaged or its verdict
-  disagrees with the recomputation: the run cannot be trusted as it is;
-* ``2`` RUN_DIR is not an experiment directory (coded error ``verify.bad_run_dir``);
-* ``3`` nothing is damaged, but the run is incomplete: partial attempts (no ``COMPLETE``,
-  left by an interrupted run and never reused) or planned cases without a sealed attempt.
-  Resuming the run completes it; partial attempts are reported, not counted as damage.
+* a partial one (no ``COMPLETE``) is ``abandoned`` (an interrupted run that a later
+  attempt replaced), a damaged one is ``superseded`` (a resume rescored it); both are shown
+  with their reason and do not change the exit code.
+
+Exit codes (checked in this order):
+
+* ``1`` damage that is the case's current state: a damaged attempt not superseded by a
+  later valid one, an entry of the experiment tree that is not part of the format, a case
+  that is not in plan.jsonl, or a verdict/diagnostic that disagrees with the recomputation;
+* ``3`` nothing current is damaged but the run is incomplete: a partial attempt newer
+  than every verdict (or in a case without one), a planned case with no sealed attempt, or
+  a case whose only valid attempts are ``error`` (no verdict: resuming runs it again);
+* ``0`` every case has a valid verdict; superseded and abandoned attempts, and plan.jsonl
+  lines that do not parse (``skipped``: a torn append, or a hostile line), are noted;
+* ``2`` RUN_DIR is not an experiment directory (coded error ``verify.bad_run_dir``).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import torch
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from xconf.artifacts.store import ExperimentStore, read_tensors
-from xconf.comparison import recompute_result, verdict_threshold
-from xconf.contract.loader import load_contract
-from xconf.errors import ArtifactError, XconfError
+from xconf.artifacts.layout import (
+    CASES_DIR,
+    HEADER_NAME,
+    NON_REUSABLE_RESULTS,
+    PLAN_NAME,
+    attempt_number,
+    is_stale_temp,
+    read_json,
+    read_plan_lines,
+)
+from xconf.artifacts.seal import Partial, sealed_result
+from xconf.artifacts.store import AttemptCheck, ExperimentStore
+from xconf.errors import ArtifactError
 from xconf.schema import is_safe_id
+from xconf.verify_verdict import check_verdict
+
+__all__ = ["check_verdict", "main_verify", "open_run_dir", "verify_run"]
 
 EXIT_VALID, EXIT_DAMAGED, EXIT_BAD_RUN_DIR, EXIT_INCOMPLETE = 0, 1, 2, 3
-Status = Literal["valid", "partial", "damaged", "missing"]
-PARTIAL_REASON = "no COMPLETE seal (partial attempt)"
-STALE_TEMP = re.compile(r"^\.a-\d+\.[A-Za-z0-9._-]+\.tmp-[0-9a-f]{12}$")
-ATTEMPT = re.compile(r"^a-\d+$")
-RECOMPUTABLE = frozenset({"pass", "fail", "zero_active_tokens"})
-JSON_FILES = ("requested.json", "materialized.json", "actual.json", "identity.json")
-SCORE_FILES = {"rollout": "score_rollout.safetensors", "training": "score_training.safetensors"}
+Status = Literal[
+    "valid", "partial", "abandoned", "damaged", "superseded", "missing", "no_verdict", "skipped"
+]
+DAMAGE: frozenset[Status] = frozenset({"damaged"})
+INCOMPLETE: frozenset[Status] = frozenset({"partial", "missing", "no_verdict"})
 
 
 @dataclass(frozen=True)
@@ -66,9 +83,10 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
-        if self.count("damaged"):
+        statuses = {f.status for f in self.findings}
+        if statuses & DAMAGE:
             return EXIT_DAMAGED
-        if self.count("partial") or self.count("missing"):
+        if statuses & INCOMPLETE:
             return EXIT_INCOMPLETE
         return EXIT_VALID
 
@@ -86,164 +104,157 @@ def open_run_dir(run_dir: Path) -> ExperimentStore:
         raise _bad_run_dir(run_dir, "does not exist") from None
     if not stat.S_ISDIR(mode):
         raise _bad_run_dir(run_dir, "is not a real directory (symlinks are not followed)")
-    header = run_dir / "experiment.json"
     try:
-        if not stat.S_ISREG(header.lstat().st_mode):
-            raise _bad_run_dir(run_dir, "has an experiment.json that is not a regular file")
-        experiment_id = json.loads(header.read_text("utf-8"))["experiment_id"]
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        header = read_json(run_dir / HEADER_NAME)
+    except ArtifactError as exc:
         raise _bad_run_dir(
-            run_dir, "has no readable experiment.json: pass <output root>/<experiment_id>"
+            run_dir,
+            f"has no readable experiment.json ({exc.message}): pass <output root>/<experiment_id>",
         ) from None
+    experiment_id = header.get("experiment_id") if isinstance(header, dict) else None
     if not isinstance(experiment_id, str) or experiment_id != run_dir.name:
         raise _bad_run_dir(run_dir, f"holds experiment {experiment_id!r}, not {run_dir.name!r}")
     return ExperimentStore(run_dir.parent, experiment_id)
 
 
-def _planned(store: ExperimentStore) -> set[str]:
+@dataclass(frozen=True)
+class _Judged:
+    check: AttemptCheck
+    result: str | None
+    reason: str | None  # None: sealed and its verdict recomputes
+
+    @property
+    def number(self) -> int:
+        return attempt_number(self.check.attempt_id) or 0
+
+    @property
+    def has_verdict(self) -> bool:
+        return self.reason is None and self.result not in NON_REUSABLE_RESULTS
+
+
+def _judge(store: ExperimentStore, entry: Path) -> _Judged:
+    check = store.verify_attempt(entry)
+    result = sealed_result(check.state)
+    if check.partial:
+        return _Judged(check, None, check.reason)
+    reason = check.reason or check_verdict(entry, check.seal or {})
+    return _Judged(check, result, reason)
+
+
+def _verify_case(store: ExperimentStore, case_dir: Path, planned: set[str]) -> list[Finding]:
+    case_id = case_dir.name
+    findings: list[Finding] = []
+    if case_id not in planned:
+        findings.append(Finding(case_id, "-", "damaged", None, "case is not in plan.jsonl"))
+    judged: list[_Judged] = []
+    for entry in sorted(case_dir.iterdir()):
+        if is_stale_temp(entry.name):
+            continue  # staging file of an interrupted publication: never part of an attempt
+        if attempt_number(entry.name) is None:
+            findings.append(
+                Finding(case_id, entry.name, "damaged", None, "unexpected entry in case dir")
+            )
+            continue
+        judged.append(_judge(store, entry))
+    judged.sort(key=lambda j: j.number)
+    answer = max((j.number for j in judged if j.has_verdict), default=None)
+    for j in judged:
+        attempt_id = j.check.attempt_id
+        later = answer is not None and j.number < answer
+        if j.reason is None:
+            findings.append(Finding(case_id, attempt_id, "valid", j.result, None))
+        elif isinstance(j.check.state, Partial):
+            status: Status = "abandoned" if later else "partial"
+            note = f"; superseded by a-{answer:04d}" if later else ""
+            findings.append(Finding(case_id, attempt_id, status, None, f"{j.reason}{note}"))
+        else:
+            status = "superseded" if later else "damaged"
+            note = f"; superseded by valid a-{answer:04d}" if later else ""
+            findings.append(Finding(case_id, attempt_id, status, j.result, f"{j.reason}{note}"))
+    if answer is None and judged and all(j.reason is None for j in judged):
+        results = sorted({str(j.result) for j in judged})
+        findings.append(
+            Finding(
+                case_id,
+                "-",
+                "no_verdict",
+                None,
+                f"no attempt has a verdict (only {', '.join(results)}): resume runs it again",
+            )
+        )
+    return findings
+
+
+def _planned(store: ExperimentStore, add: Callable[[Finding], None]) -> set[str]:
+    """Case ids of plan.jsonl. A line that does not parse (a torn append, or a hostile one)
+    is noted as ``skipped`` with its code; a plan that is not a bounded regular file is
+    damage."""
+    planned: set[str] = set()
     try:
-        return store.planned_case_ids()
-    except (OSError, UnicodeDecodeError):
-        return set()
-
-
-def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
-
-
-def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
-    """Re-judge a sealed attempt from its own tensors; the first disagreement, or None."""
-    for name in JSON_FILES:
-        try:
-            document = json.loads((path / name).read_text("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            return f"{name} is not valid JSON"
-        if not isinstance(document, dict):
-            return f"{name} is not a JSON object"
-        if name == "requested.json" and document.get("case_id") != seal.get("case_id"):
-            return "requested.json names another case"
-    try:
-        doc = json.loads((path / "comparison.json").read_text("utf-8"))
-        diffs = read_tensors(path / "token_diffs.safetensors")
-        scores = {side: read_tensors(path / name) for side, name in SCORE_FILES.items()}
-    except Exception as exc:  # any unreadable payload is damage, whatever the parser raised
-        return f"unreadable payload: {type(exc).__name__}: {exc}"
-    if not isinstance(doc, dict):
-        return "comparison.json is not an object"
-    result = doc.get("result")
-    if result != seal.get("result"):
-        return f"comparison.json says {result!r}, COMPLETE says {seal.get('result')!r}"
-    if doc.get("case_id") != seal.get("case_id"):
-        return "comparison.json names another case"
-    if not diffs:
-        if result in RECOMPUTABLE:
-            return f"result {result!r} but no token-level tensors to recompute it from"
-        return None  # error / invalid_identity / invalid_artifact: nothing was compared
-    if result not in RECOMPUTABLE:
-        return f"result {result!r} but token-level tensors are present"
-    try:
-        recomputed, mismatches = recompute_result(diffs)
-        active = diffs["active_mask"].bool()
-        threshold = float(diffs["threshold"])
-        mask = (
-            active & (torch.abs(diffs["training_logprobs"] - diffs["rollout_logprobs"]) > threshold)
-        ).to(torch.uint8)
-        stored_mask = diffs["mismatch_mask"]
-    except Exception as exc:
-        return f"token_diffs.safetensors is malformed: {type(exc).__name__}: {exc}"
-    if recomputed != result:
-        return f"recomputed verdict {recomputed!r} disagrees with stored {result!r}"
-    if mismatches != doc.get("mismatches"):
-        return f"recomputed {mismatches} mismatches, comparison.json says {doc.get('mismatches')}"
-    if int(active.sum()) != doc.get("active_tokens", 0) and recomputed != "zero_active_tokens":
-        return "active token count disagrees with comparison.json"
-    if not _equal(mask, stored_mask):
-        return "stored mismatch_mask disagrees with the recomputation"
-    stored_threshold = doc.get("threshold")
-    if not isinstance(stored_threshold, float) or verdict_threshold(stored_threshold) != threshold:
-        return f"threshold {threshold!r} in tensors, {stored_threshold!r} in comparison.json"
-    contract = load_contract()
-    if (doc.get("contract") or {}).get("sha256") == contract.identity().get("sha256"):
-        try:
-            expected = contract.threshold_for(
-                str(doc.get("rollout_dtype")), str(doc.get("training_dtype"))
-            ).value
-        except XconfError:
-            return "comparison.json names dtypes the contract has no threshold for"
-        if verdict_threshold(expected) != threshold:
-            return f"threshold {threshold!r} is not the contract's {expected!r}"
-    for side, score in scores.items():
-        try:
-            logprobs = score["logprobs"].float()
-        except KeyError:
-            return f"{SCORE_FILES[side]} has no logprobs"
-        stored = diffs[f"{side}_logprobs"]
-        if logprobs.shape != active.shape or not _equal(
-            torch.where(active, logprobs, torch.zeros_like(logprobs)), stored
-        ):
-            return f"{SCORE_FILES[side]} disagrees with token_diffs.safetensors"
-    return None
+        for number, row in read_plan_lines(store.path / PLAN_NAME):
+            if isinstance(row, ArtifactError):
+                reason = f"plan.jsonl line {number} skipped: [{row.code}] {row.message}"
+                add(Finding("-", "-", "skipped", None, reason))
+            elif isinstance(row, dict) and isinstance(row.get("case_id"), str):
+                planned.add(row["case_id"])
+    except ArtifactError as exc:
+        add(Finding("-", "-", "damaged", None, f"plan.jsonl: [{exc.code}] {exc.message}"))
+    return planned
 
 
 def verify_run(run_dir: Path) -> VerifyReport:
     store = open_run_dir(run_dir)
     report = VerifyReport(store.path, [])
     add = report.findings.append
-    cases_dir = store.path / "cases"
-    planned = _planned(store)
+    cases_dir = store.path / CASES_DIR
+    planned = _planned(store, add)
     seen: set[str] = set()
     if cases_dir.is_symlink() or (cases_dir.exists() and not cases_dir.is_dir()):
         add(Finding("-", "-", "damaged", None, "cases is not a real directory"))
         return report
-    case_dirs = sorted(cases_dir.iterdir()) if cases_dir.is_dir() else []
-    for case_dir in case_dirs:
+    for case_dir in sorted(cases_dir.iterdir()) if cases_dir.is_dir() else []:
         case_id = case_dir.name
         if not is_safe_id(case_id) or case_dir.is_symlink() or not case_dir.is_dir():
             add(Finding(case_id, "-", "damaged", None, "case entry is not a real directory"))
             continue
-        if case_id not in planned:
-            add(Finding(case_id, "-", "damaged", None, "case is not in plan.jsonl"))
-        has_valid = False
-        for entry in sorted(case_dir.iterdir()):
-            if STALE_TEMP.match(entry.name):
-                continue  # staging file of an interrupted publication: never part of an attempt
-            if not ATTEMPT.match(entry.name):
-                add(Finding(case_id, entry.name, "damaged", None, "unexpected entry in case dir"))
-                continue
-            check = store.verify_attempt(entry)
-            if check.reason == PARTIAL_REASON:
-                add(Finding(case_id, entry.name, "partial", None, check.reason))
-                continue
-            seal = check.seal or {}
-            result = seal.get("result") if isinstance(seal.get("result"), str) else None
-            reason = check.reason or check_verdict(entry, seal)
-            if reason is not None:
-                add(Finding(case_id, entry.name, "damaged", result, reason))
-                continue
-            has_valid = True
-            add(Finding(case_id, entry.name, "valid", result, None))
-        if has_valid:
+        found = _verify_case(store, case_dir, planned)
+        report.findings.extend(found)
+        if any(f.status == "valid" for f in found):
             seen.add(case_id)
     for case_id in sorted(planned - seen):
         add(Finding(case_id, "-", "missing", None, "planned case has no sealed attempt"))
     return report
 
 
-STYLE = {"valid": "green", "partial": "yellow", "missing": "yellow", "damaged": "bold red"}
+STYLE: dict[Status, str] = {
+    "valid": "green",
+    "partial": "yellow",
+    "missing": "yellow",
+    "no_verdict": "yellow",
+    "abandoned": "dim",
+    "superseded": "dim",
+    "skipped": "dim",
+    "damaged": "bold red",
+}
 
 
 def report_table(report: VerifyReport) -> Table:
-    table = Table(
-        title=f"verify {report.run_dir}: {report.count('valid')} valid, "
-        f"{report.count('partial')} partial, {report.count('missing')} missing, "
-        f"{report.count('damaged')} damaged"
+    """The findings as a table; every cell is plain text (names and reasons come from disk)."""
+    counts = ", ".join(
+        f"{report.count(s)} {s}"
+        for s in STYLE
+        if s in ("valid", "partial", "missing", "damaged") or report.count(s)
     )
+    table = Table(title=Text(f"verify {report.run_dir}: {counts}"))
     for column in ("case", "attempt", "status", "result", "reason"):
         table.add_column(column)
     for f in report.findings:
-        style = STYLE[f.status]
         table.add_row(
-            f.case_id, f.attempt_id, f"[{style}]{f.status}[/]", f.result or "-", f.reason or ""
+            Text(f.case_id),
+            Text(f.attempt_id),
+            Text(f.status, style=STYLE[f.status]),
+            Text(f.result or "-"),
+            Text(f.reason or ""),
         )
     return table
 
@@ -254,9 +265,12 @@ def main_verify(run_dir: Path, console: Console) -> int:
     console.print(report_table(report))
     code = report.exit_code
     summary = {
-        EXIT_VALID: "every attempt is sealed, valid and consistent",
+        EXIT_VALID: "every case has a valid, consistent verdict",
         EXIT_DAMAGED: "damaged or inconsistent attempts found: do not trust them",
         EXIT_INCOMPLETE: "no damage, but the run is incomplete: resume it",
     }[code]
-    console.print(f"xconf verify: {summary} (exit {code})")
+    notes = report.count("abandoned") + report.count("superseded")
+    if code == EXIT_VALID and notes:
+        summary += f" ({notes} older abandoned or superseded attempt(s) noted)"
+    console.print(Text(f"xconf verify: {summary} (exit {code})"))
     return code

@@ -6,6 +6,10 @@ parameters and job records are upstream's. Upstream gathers results with
 node lost) raises out of ``launch()`` and every other job's return is lost. The one hook is
 the executor class, swapped for the duration of ``launch()``: its jobs gather each result on
 its own, and a stop signal while waiting cancels every job the launch submitted.
+
+Hydra lists every concrete launcher class it finds in a plugin module's namespace
+(``--info plugins``), imported ones included: so the upstream classes are reached through
+their module, and the shared behaviour is a mixin that is not a Launcher.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher as upstream
 
 from hydra_plugins.xconf_submitit_launcher.config import XconfLocalQueueConf, XconfSlurmQueueConf
 
@@ -124,7 +128,7 @@ class _XconfSubmitit:
                 raise
 
 
-class XconfSlurmLauncher(_XconfSubmitit, SlurmLauncher):
+class XconfSlurmLauncher(_XconfSubmitit, upstream.SlurmLauncher):
     _EXECUTOR = "slurm"
 
     def __init__(self, **params: Any) -> None:
@@ -137,5 +141,5 @@ class XconfSlurmLauncher(_XconfSubmitit, SlurmLauncher):
         self.params["additional_parameters"] = extra
 
 
-class XconfLocalLauncher(_XconfSubmitit, LocalLauncher):
+class XconfLocalLauncher(_XconfSubmitit, upstream.LocalLauncher):
     _EXECUTOR = "local"

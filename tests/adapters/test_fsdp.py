@@ -48,8 +48,29 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
         )
         sharded = sharded_scorer.score(batch, 2)
         back = sharded_scorer.readback()
+        # The alias builds the same FSDP2 scorer and reads back the canonical spelling.
+        alias_scorer = HFTrainingScorer(
+            TrainingScorerConfig(model_path=model_path, sharding="fsdp2")
+        )
+        alias = alias_scorer.score(batch, 2)
+        # training.param_dtype / reduce_dtype: an FSDP2 MixedPrecisionPolicy, read back live.
+        mixed_scorer = HFTrainingScorer(
+            TrainingScorerConfig(
+                model_path=model_path,
+                sharding="fsdp",
+                param_dtype="bfloat16",
+                reduce_dtype="float32",
+            )
+        )
+        mixed = mixed_scorer.score(batch, 2)
+        mixed_back = mixed_scorer.readback()
         result = {
             "bitwise": bool(torch.equal(plain.logprobs, sharded.logprobs)),
+            "alias_bitwise": bool(torch.equal(alias.logprobs, sharded.logprobs)),
+            "alias_sharding": alias_scorer.readback()["training.sharding"],
+            "policy": [mixed_back["training.param_dtype"], mixed_back["training.reduce_dtype"]],
+            "plain_policy": [back["training.param_dtype"], back["training.reduce_dtype"]],
+            "mixed_diff": float((plain.logprobs - mixed.logprobs).abs().max()),
             "max_diff": float((plain.logprobs - sharded.logprobs).abs().max()),
             "digest_equal": sharded.digest_before == sharded.digest_after,
             "sharding": back["training.sharding"],
@@ -85,6 +106,10 @@ def test_fsdp2_two_ranks_bitwise_equal_to_unsharded(model_record: Any, tmp_path:
     for res in results:
         assert res["bitwise"], res
         assert res["digest_equal"]
-        assert res["sharding"] == "fsdp2" and res["world"] == WORLD
+        assert res["sharding"] == "fsdp" and res["world"] == WORLD
+        assert res["alias_bitwise"] and res["alias_sharding"] == "fsdp"
+        assert res["policy"] == ["bfloat16", "float32"]
+        assert res["plain_policy"] == ["none", "none"]
+        assert res["mixed_diff"] > 1e-5  # bfloat16 compute really ran: the scores moved
         assert res["wrapped"] == 3  # two decoder layers and the root
     print(f"fsdp2 2-rank test: {time.perf_counter() - started:.1f} s")

@@ -34,3 +34,18 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
     }
     fsdp = runtime._materialize("training.sharding", "training", "fsdp")
     assert fsdp.status == "unsupported" and "torchrun" in fsdp.evidence  # no process group here
+
+
+def test_a_knob_the_runtime_has_no_code_for_is_unsupported(
+    model_record: Any, monkeypatch: Any
+) -> None:
+    from xconf.knobs import KNOBS, KnobSpec
+    from xconf.runtime import protocol
+
+    novel = KnobSpec("training.novel_knob", "engine_construction", "bool", "training", "test")
+    monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
+    runtime = HfPairRuntime()
+    runtime._record = model_record
+    record = runtime._materialize(novel.path, "training", True)
+    assert (record.status, record.materialized) == ("unsupported", None)
+    assert "novel_knob" in record.evidence

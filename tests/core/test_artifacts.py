@@ -98,7 +98,7 @@ def test_attempt_allocation_survives_a_race(tmp_path, monkeypatch) -> None:
     def racing_mkdir(path, *args, **kwargs):
         if not calls:  # another runner takes a-0001 between listing and mkdir
             calls.append(path)
-            real_mkdir(path)
+            real_mkdir(path, *args, **kwargs)  # same directory (dir_fd) as the runner's
         return real_mkdir(path, *args, **kwargs)
 
     monkeypatch.setattr(safe_io.os, "mkdir", racing_mkdir)
@@ -133,14 +133,14 @@ def test_symlinked_directories_are_refused(tmp_path) -> None:
 
 
 def test_every_byte_of_complete_is_protected(store, monkeypatch) -> None:
-    from xconf.artifacts import store as store_module
+    from xconf.artifacts import seal as seal_module
 
     digests: dict[str, str] = {}  # payloads do not change here: hash each once
 
     def cached(path: Path) -> str:
         return digests.setdefault(str(path), safe_io.sha256_file(path))
 
-    monkeypatch.setattr(store_module, "sha256_file", cached)
+    monkeypatch.setattr(seal_module, "sha256_file", cached)
     attempt = publish(store)
     seal = attempt.path / SEAL_NAME
     original = seal.read_bytes()

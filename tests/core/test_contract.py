@@ -8,9 +8,9 @@ from importlib import resources
 
 import pytest
 
+from xconf.canonical import canonical_json
 from xconf.contract.loader import (
     NumericalContract,
-    canonical_json,
     load_contract,
     parse_contract,
 )
@@ -41,7 +41,7 @@ def test_version_and_sha256_match_the_canonical_json() -> None:
     document = _shipped_document()
     blob = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     assert contract.sha256 == hashlib.sha256(blob.encode()).hexdigest()
-    assert contract.sha256 == hashlib.sha256(canonical_json(document)).hexdigest()
+    assert contract.sha256 == hashlib.sha256(canonical_json(document).encode()).hexdigest()
     assert contract.version == document["version"]
     assert contract.identity() == {"version": contract.version, "sha256": contract.sha256}
 

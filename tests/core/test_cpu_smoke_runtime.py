@@ -25,6 +25,9 @@ from xconf.runner import frozen_inputs
         ("training.attention_backend", "eager", "applied", "eager"),
         ("rollout.dtype", "bfloat16", "applied", "bfloat16"),
         ("batch.size", 3, "applied", 3),
+        # extended knobs: the synthetic engines have no code for them
+        ("training.remove_padding", False, "unsupported", None),
+        ("rollout.kv_cache_dtype", "auto", "unsupported", None),
     ],
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:
@@ -32,6 +35,18 @@ def test_materialization_is_truthful(path, value, status, materialized) -> None:
     record = _materialize(path, side, value)
     assert (record.status, record.materialized, record.requested) == (status, materialized, value)
     assert record.evidence
+
+
+def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
+    """Every adapter once ended in a branch that reported any other knob as applied."""
+    from xconf.knobs import KNOBS, KnobSpec
+    from xconf.runtime import protocol
+
+    novel = KnobSpec("rollout.novel_knob", "engine_construction", "bool", "rollout", "test")
+    monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
+    record = _materialize(novel.path, "rollout", True)
+    assert (record.status, record.materialized) == ("unsupported", None)
+    assert "novel_knob" in record.evidence
 
 
 UNSUPPORTED = {

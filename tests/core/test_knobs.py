@@ -28,7 +28,8 @@ DESIGN_TABLE = {
 
 
 def test_allowlist_and_lifecycles_match_the_design() -> None:
-    assert {path: spec.lifecycle for path, spec in KNOBS.items()} == DESIGN_TABLE
+    contract = {path: spec.lifecycle for path, spec in KNOBS.items() if spec.tier == "contract"}
+    assert contract == DESIGN_TABLE
     assert LIFECYCLE_ORDER == ("request", "engine_construction", "process")
 
 
@@ -81,3 +82,27 @@ def test_refused_values(path, raw) -> None:
 def test_flatten_knobs() -> None:
     tree = {"batch": {"size": 2}, "rollout": {"dtype": "bf16", "x": {"y": 1}}}
     assert flatten_knobs(tree) == {"batch.size": 2, "rollout.dtype": "bf16", "rollout.x.y": 1}
+
+
+@pytest.mark.parametrize(
+    ("knobs", "rollout", "training", "launched"),
+    [
+        ({}, 1, 1, 1),
+        ({"training.sharding": "fsdp"}, 1, 2, 2),
+        ({"training.sharding": "fsdp2"}, 1, 2, 2),
+        ({"rollout.tensor_parallel_size": 4, "training.sharding": "fsdp"}, 4, 2, 4),
+        ({"rollout.tensor_parallel_size": 2, "rollout.context_parallel_size": 2}, 4, 1, 4),
+    ],
+)
+def test_each_side_world_comes_from_its_own_knobs(knobs, rollout, training, launched) -> None:
+    from xconf.knobs import side_worlds
+
+    worlds = side_worlds(knobs)
+    assert (worlds.rollout, worlds.training, worlds.launched) == (rollout, training, launched)
+
+
+def test_side_worlds_refuse_an_unknown_sharding() -> None:
+    from xconf.knobs import side_worlds
+
+    with pytest.raises(KnobValueError):
+        side_worlds({"training.sharding": "zero3"})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
+from xconf.canonical import canonical_digest, canonical_json
 from xconf.config.strict import parse_experiment
-from xconf.schema import canonical_digest, is_safe_id
+from xconf.schema import is_safe_id
 
 
 @pytest.mark.parametrize("good", ["a", "cpu-smoke", "c-0123456789abcdef", "a-0001", "x.y_z-1"])
@@ -23,6 +26,11 @@ def test_unsafe_ids(bad) -> None:
 def test_canonical_digest_ignores_key_order_only() -> None:
     assert canonical_digest({"a": 1, "b": [1, 2]}) == canonical_digest({"b": [1, 2], "a": 1})
     assert canonical_digest({"a": 1}) != canonical_digest({"a": 1.5})
+    # The bytes every id and key has hashed so far: sorted keys, no spaces, ASCII escapes.
+    blob = b'{"a":1,"b":[1,2],"s":"\\u00e9"}'
+    assert canonical_digest({"s": "é", "b": [1, 2], "a": 1}) == hashlib.sha256(blob).hexdigest()
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")}, allow_nan=False)
     assert canonical_digest([1, 2]) != canonical_digest([2, 1])
 
 

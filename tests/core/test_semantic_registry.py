@@ -259,8 +259,10 @@ def test_failed_resolution_does_not_leak_into_the_next_session() -> None:
     catalog = _catalog(descriptor("test.broken", factory="xconf.no_such_module:Op"))
     broken = catalog.get(SELECTED_LOGPROB, "test.broken")
     session = OperatorSession(catalog, ResolutionPolicy())
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(OperatorResolutionError) as info:
         session.instantiate(binding_for(broken))
+    assert info.value.code == "operator.factory_unavailable"
+    assert "xconf.no_such_module" in info.value.message
     assert session.provenance() == ()
     fresh = OperatorSession(catalog, ResolutionPolicy())
     ref = catalog.get(SELECTED_LOGPROB, "xconf.reference_logp")

@@ -57,6 +57,27 @@ def test_unknown_runtime(xconf_cli, tmp_path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("override", ["+runtime.model_path=x", "runtime.model_path=x"])
+def test_unknown_runtime_option_is_a_coded_error(xconf_cli, tmp_path, override) -> None:
+    out = tmp_path / "out"
+    rc, _, stderr = xconf_cli(
+        "run", S0_JSON, "--runtime", "cpu-smoke", override, "--output-root", out
+    )
+    assert rc == 2, stderr
+    assert "[runtime.unknown_option] at 'runtime.model_path'" in stderr
+    assert "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_runtime_overrides_reach_the_adapter_and_nothing_else(xconf_cli, tmp_path) -> None:
+    out = tmp_path / "out"
+    rc, _, stderr = xconf_cli(
+        "run", S0_JSON, "--runtime", "cpu-smoke", "batch.size=3", "--output-root", out
+    )
+    assert rc == 2 and "[runtime.bad_override] at 'batch.size'" in stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flag", ["--threshold", "--atol", "--tolerance", "--plan-only"])
 def test_the_cli_has_no_threshold_or_mode_flag(xconf_cli, tmp_path, flag) -> None:
     out = tmp_path / "out"

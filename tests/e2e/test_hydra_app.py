@@ -178,6 +178,36 @@ def test_composition_errors_exit_2_and_write_nothing(xconf_run_inprocess, tmp_pa
     assert not (tmp_path / "outputs").exists()
 
 
+def test_the_app_announces_itself_as_xconf_run(xconf_run_inprocess) -> None:
+    code, out, _ = xconf_run_inprocess("--help")
+    assert code == 0
+    assert "xconf-run is powered by Hydra" in out and "hydra_app" not in out
+    code, out, _ = xconf_run_inprocess(
+        "+experiment=cpu_smoke", "--cfg", "hydra", "--package", "hydra.job"
+    )
+    assert code == 0 and "name: xconf-run" in out  # so its log is xconf-run.log
+
+
+def test_info_plugins_lists_each_launcher_once_and_no_internal_class(xconf_run_inprocess) -> None:
+    code, out, _ = xconf_run_inprocess("--info", "plugins")
+    assert code == 0
+    launchers = out.split("Launcher:")[1].split("Sweeper:")[0].split()
+    names = [n for n in launchers if not n.startswith("-")]
+    assert {"XconfLocalLauncher", "XconfSlurmLauncher", "TorchrunLauncher"} <= set(names)
+    assert not [n for n in names if n.startswith("_")], names
+    assert len(names) == len(set(names)), names
+
+
+def test_unknown_runtime_option_exits_2_naming_the_key(xconf_run_inprocess, tmp_path) -> None:
+    out_root = tmp_path / "out"
+    code, _, err = xconf_run_inprocess(
+        "+experiment=cpu_smoke", "+runtime.model_path=x", f"output_root={out_root}"
+    )
+    assert code == 2, err
+    assert "[runtime.unknown_option] at 'runtime.model_path'" in err
+    assert not out_root.exists()
+
+
 @pytest.mark.slow
 def test_a_fresh_process_scores_bitwise_like_the_json_run(runs, first_run) -> None:
     """Same identity, scenario and knobs: same case ids and the same bytes, across processes."""

@@ -17,6 +17,9 @@ from xconf.launchers.topology import required_world_size
         ({"rollout": {"tensor_parallel_size": 2}}, 2),
         ({"rollout": {"tensor_parallel_size": 2, "context_parallel_size": 2}}, 4),
         ({"training": {"sharding": "fsdp"}}, 2),
+        # The legal alias plans and launches like fsdp (it once got a world of 1).
+        ({"training": {"sharding": "fsdp2"}}, 2),
+        ({"training": {"sharding": "FSDP2"}}, 2),
         ({"training": {"sharding": "none"}}, 1),
         ({"rollout": {"tensor_parallel_size": 4}, "training": {"sharding": "fsdp"}}, 4),
     ],
@@ -51,6 +54,8 @@ def test_interpolated_knob_counts() -> None:
             "rollout.context_parallel_size",
         ),
         ({"training": {"sharding": 3}}, "launch.topology.bad_sharding", "training.sharding"),
+        # An unknown mode was silently a world of 1; now it names the path.
+        ({"training": {"sharding": "zero3"}}, "launch.topology.bad_sharding", "training.sharding"),
     ],
 )
 def test_bad_topology_is_typed(cfg: dict, code: str, path: str) -> None:

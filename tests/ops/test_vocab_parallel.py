@@ -149,7 +149,8 @@ def test_validation_errors_have_codes() -> None:
     assert _error(num_vocab_tiles=3) == "logprob.call.tiles_not_dividing"
     assert _error(deterministic=1) == "logprob.call.deterministic_not_bool"
     assert _error(deterministic=False) == "logprob.call.fast_path_refused"
-    assert _error(impl="triton") == "logprob.call.invalid_impl"
+    assert _error(impl="cuda") == "logprob.call.invalid_impl"
+    assert _error(impl="triton") == "logprob.call.triton_unavailable"  # not in this venv
     bad = target.clone()
     bad[0] = 252
     assert _error(target=bad) == "logprob.call.target_in_padding"
@@ -176,14 +177,18 @@ def test_validate_false_skips_data_checks_only() -> None:
         _score(logits[:, :200], target, active, validate=False)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_path_is_not_declared_yet() -> None:
+def test_cuda_is_declared_for_the_triton_kernels_only() -> None:
+    """Declared because tests/ops/test_triton_interpreter.py checks the Triton kernels."""
+    from xconf.ops.logprob.impls import resolve_impl
     from xconf.semantic_registry import SELECTED_LOGPROB, SemanticOperatorCatalog
 
     catalog = SemanticOperatorCatalog.from_entry_points()
-    descriptor = catalog.get(SELECTED_LOGPROB, "xconf.vocab_parallel_logp")
-    assert descriptor is not None and descriptor.capability("cuda") is None
+    for backend in ("xconf.vocab_parallel_logp", "xconf.vocab_parallel_logp_fast"):
+        descriptor = catalog.get(SELECTED_LOGPROB, backend)
+        assert descriptor is not None and descriptor.capability("cuda") is not None
+    with pytest.raises(LogprobValidationError) as err:  # no Triton in this environment
+        resolve_impl("auto", "cuda")
+    assert err.value.code == "logprob.call.triton_unavailable"
 
 
 @pytest.mark.parametrize("impl", ["native", "compiled"])

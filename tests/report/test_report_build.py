@@ -85,7 +85,7 @@ def test_broken_attempts_never_lend_their_numbers(data: ReportData) -> None:
     tampered = _case(data, TAMPERED_ONLY)
     assert tampered.result == "invalid_artifact"
     assert tampered.mismatches is None and tampered.histogram is None
-    assert "comparison.json does not match its sealed sha256" in (tampered.reason or "")
+    assert "comparison.json does not match its seal" in (tampered.reason or "")
     retried = _case(data, RETRIED)
     assert retried.result == "pass" and retried.attempt_id == "a-0001"
     assert [(a.attempt_id, a.seal_verified, a.chosen) for a in retried.attempts] == [
@@ -164,7 +164,10 @@ def test_a_seal_that_disagrees_with_the_verdict_is_invalid(run_dir: Path) -> Non
     (attempt / "COMPLETE").write_text(json.dumps(seal))
     case = _case(build_report(run_dir), OFFSET)
     assert case.result == "invalid_artifact"
-    assert case.reason == "COMPLETE seals result 'fail', comparison.json says 'pass'"
+    assert case.reason == (
+        "no attempt has a verified seal "
+        "(a-0001: COMPLETE seals result 'fail', comparison.json says 'pass')"
+    )
 
 
 def test_hub_cache_tokenizer_json_is_used_offline(

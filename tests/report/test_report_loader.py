@@ -40,7 +40,7 @@ def test_newest_valid_attempt_is_chosen_and_tampered_one_is_marked(run_dir: Path
     assert case.chosen is not None and case.chosen.attempt_id == "a-0001"
     tampered = case.attempts[1].seal
     assert not tampered.verified
-    assert tampered.problems == ("comparison.json does not match its sealed sha256",)
+    assert tampered.problems == ("comparison.json does not match its seal",)
 
 
 def test_unsealed_attempt_is_never_chosen(run_dir: Path) -> None:
@@ -49,18 +49,18 @@ def test_unsealed_attempt_is_never_chosen(run_dir: Path) -> None:
         c for c in run.cases if c.case_id == case_id_for({"rollout.enable_prefix_caching": True})
     )
     assert case.chosen is None and case.payload is None
-    assert "COMPLETE is missing" in case.attempts[0].seal.problems[0]
+    assert "no COMPLETE seal" in case.attempts[0].seal.problems[0]
 
 
 @pytest.mark.parametrize(
     ("damage", "expected"),
     [
-        ("extra", "file notes.txt is present but not sealed"),
-        ("missing", "sealed file actual.json is missing"),
-        ("symlink", "actual.json is a symlink"),
+        ("extra", "unexpected entries ['notes.txt']"),
+        ("missing", "actual.json is missing"),
+        ("symlink", "actual.json is not a regular file"),
         ("directory", "actual.json is not a regular file"),
         ("wrong_case", "COMPLETE case_id is 'c-0000000000000000'"),
-        ("garbage", "COMPLETE does not parse"),
+        ("garbage", "COMPLETE is malformed"),
         ("foreign", "sealed file notes.txt is not a payload"),
     ],
 )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
+from xconf.canonical import canonical_json
 from xconf.schema import Identity, ScoringMode
 
 TOKENIZER_POLICY = "prompt_ids+response_ids; no special tokens added; right padding"
@@ -155,7 +156,7 @@ def build_identity(
         return tuple(tuple(r) for r in rows[name])
 
     def canon(doc: Mapping[str, Any]) -> str:
-        return json.dumps(dict(doc), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return canonical_json(dict(doc), allow_nan=False)
 
     return Identity(
         checkpoint_id=checkpoint_id,

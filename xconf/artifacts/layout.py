@@ -1,19 +1,229 @@
-"""The on-disk layout of an attempt (docs/artifacts.md): one source for writers and readers.
+"""The on-disk format of a run (docs/artifacts.md): names, bounds and bounded readers.
 
-Torch-free on purpose, so the report and other readers can import it cheaply.
+The one owner of the format's vocabulary: file names, attempt names, the per-kind size and
+JSON-depth bounds, the regular-file reader every reader goes through and the one file
+digest. The seal check built on it lives in ``xconf.artifacts.seal``; the writers in
+``xconf.artifacts.safe_io``. Torch-free on purpose, so the report and ``verify`` can
+import it cheaply.
+
+Every read opens the final path component with ``O_NOFOLLOW | O_NONBLOCK`` and checks the
+type on the open descriptor: a symlink, FIFO, socket, device or directory in place of a
+file is reported with a code, never followed, never waited on. Sizes are checked with
+``fstat`` before a byte is read, so a sparse 1 GB file costs nothing to refuse.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from xconf.errors import ArtifactError
+
+FORMAT = "xconf.artifacts.v1"
 SEAL_NAME = "COMPLETE"
 SEAL_SCHEMA = "xconf.seal.v1"
-PAYLOAD_FILES = (
+SEAL_KEYS = frozenset(
+    {"schema", "experiment_id", "case_id", "attempt_id", "execution_key", "result", "files"}
+)
+HEADER_NAME = "experiment.json"
+PLAN_NAME = "plan.jsonl"
+CASES_DIR = "cases"
+JSON_PAYLOADS = (
     "requested.json",
     "materialized.json",
     "actual.json",
     "identity.json",
-    "score_rollout.safetensors",
-    "score_training.safetensors",
-    "token_diffs.safetensors",
-    "comparison.json",
 )
+COMPARISON_NAME = "comparison.json"
+SCORE_FILES = {"rollout": "score_rollout.safetensors", "training": "score_training.safetensors"}
+TOKEN_DIFFS_NAME = "token_diffs.safetensors"
+PAYLOAD_FILES = (
+    *JSON_PAYLOADS,
+    SCORE_FILES["rollout"],
+    SCORE_FILES["training"],
+    TOKEN_DIFFS_NAME,
+    COMPARISON_NAME,
+)
+# Results a resume runs again: an attempt with one of them gives its case no verdict.
+NON_REUSABLE_RESULTS = frozenset({"error"})
+
+_ATTEMPT = re.compile(r"a-(\d{1,9})")
+# The staging file of an interrupted publication (safe_io.publish_bytes): never an attempt.
+_STALE_TEMP = re.compile(r"\.a-\d+\.[A-Za-z0-9._-]+\.tmp-[0-9a-f]{12}")
+
+KIB, MIB = 1 << 10, 1 << 20
+# Per-kind size bounds: far above anything xconf writes, far below what hurts a reader.
+MAX_BYTES = {
+    SEAL_NAME: 64 * KIB,
+    HEADER_NAME: 4 * MIB,
+    PLAN_NAME: 64 * MIB,
+    **{name: 32 * MIB for name in (*JSON_PAYLOADS, COMPARISON_NAME)},
+    **{name: 1024 * MIB for name in (*SCORE_FILES.values(), TOKEN_DIFFS_NAME)},
+}
+UNBOUNDED = 1 << 62  # for files outside a run (model weights): the digest has no size bound
+MAX_PLAN_LINE = 1 * MIB
+MAX_JSON_DEPTH = 64
+_DEFAULT_MAX = 32 * MIB
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_OPEN_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def attempt_name(number: int) -> str:
+    return f"a-{number:04d}"
+
+
+def attempt_number(name: str) -> int | None:
+    """The number of an attempt directory name (``a-0007`` → 7); None for anything else."""
+    match = _ATTEMPT.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def is_stale_temp(name: str) -> bool:
+    return _STALE_TEMP.fullmatch(name) is not None
+
+
+def max_bytes(name: str) -> int:
+    return MAX_BYTES.get(name, _DEFAULT_MAX)
+
+
+@contextmanager
+def open_regular(path: Path, limit: int | None = None, *, follow: bool = False) -> Iterator[int]:
+    """A read descriptor on the regular file ``path``, bounded; coded errors otherwise.
+
+    Raises ``FileNotFoundError`` when absent (callers decide what absence means), else
+    ``artifacts.symlink``, ``artifacts.not_a_file``, ``artifacts.too_large`` or
+    ``artifacts.io``.
+    """
+    limit = max_bytes(path.name) if limit is None else limit
+    try:
+        fd = os.open(path, _OPEN_FLAGS & ~_NOFOLLOW if follow else _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ArtifactError(
+                "artifacts.symlink", f"{path.name} is a symlink and is never followed", str(path)
+            ) from None
+        raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ArtifactError(
+                "artifacts.not_a_file", f"{path.name} is not a regular file", str(path)
+            )
+        if st.st_size > limit:
+            raise ArtifactError(
+                "artifacts.too_large",
+                f"{path.name} is {st.st_size} bytes, more than the {limit} a {path.name} may have",
+                str(path),
+            )
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of a bounded regular file, None if absent; anything else is coded."""
+    try:
+        with open_regular(path, limit) as fd:
+            limit = max_bytes(path.name) if limit is None else limit
+            chunks, total = [], 0
+            while chunk := os.read(fd, min(1 * MIB, limit + 1 - total)):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:  # the file grew after fstat
+                    raise ArtifactError(
+                        "artifacts.too_large", f"{path.name} grew past {limit} bytes", str(path)
+                    )
+            return b"".join(chunks)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from None
+
+
+def sha256_file(path: Path, limit: int | None = None, *, follow: bool = False) -> str:
+    """The SHA-256 of a bounded regular file, streamed (``hashlib.file_digest``).
+
+    ``follow`` only for files outside a run (a model snapshot may be a symlink farm).
+    """
+    with open_regular(path, limit, follow=follow) as fd, os.fdopen(os.dup(fd), "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                break
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def parse_json(data: bytes, what: str, path: str | None = None) -> Any:
+    """Parse JSON bytes, bounded in depth; ``artifacts.malformed`` for anything bad.
+
+    A document nested past the interpreter's recursion limit raises RecursionError inside
+    the parser: it is caught here and never escapes.
+    """
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ArtifactError(
+            "artifacts.too_deep", f"{what} is nested deeper than {MAX_JSON_DEPTH}", path
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ArtifactError(
+            "artifacts.malformed", f"{what} is not valid JSON: {exc}", path
+        ) from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ArtifactError(
+            "artifacts.too_deep", f"{what} is nested deeper than {MAX_JSON_DEPTH}", path
+        )
+    return value
+
+
+def read_json(path: Path, limit: int | None = None) -> Any:
+    """A bounded regular JSON file; ``artifacts.missing`` when absent."""
+    data = read_regular(path, limit)
+    if data is None:
+        raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))
+    return parse_json(data, path.name, str(path))
+
+
+def read_plan_lines(path: Path) -> Iterator[tuple[int, Any | ArtifactError]]:
+    """Each non-empty plan.jsonl line (1-based number) parsed, or the coded reason it is not.
+
+    Absent plan → nothing. A torn or hostile line is reported per line, never raised.
+    """
+    data = read_regular(path)
+    if data is None:
+        return
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_PLAN_LINE:
+            yield (
+                number,
+                ArtifactError(
+                    "artifacts.too_large", f"line {number} is over {MAX_PLAN_LINE} bytes", str(path)
+                ),
+            )
+            continue
+        try:
+            yield number, parse_json(line, f"{PLAN_NAME} line {number}", str(path))
+        except ArtifactError as exc:
+            yield number, exc

@@ -1,4 +1,11 @@
-"""Filesystem primitives that never overwrite, never follow symlinks and never escape a root."""
+"""The one atomic writer: never overwrites by accident, never follows a link, never escapes.
+
+Every write happens relative to an open directory descriptor (:class:`Dir`): each level of
+a path is opened with ``O_DIRECTORY | O_NOFOLLOW`` relative to the level above, and files
+are created ``O_EXCL | O_NOFOLLOW`` with ``dir_fd=``. A path is resolved once, when its
+directory is opened; swapping a directory for a symlink afterwards redirects nothing (the
+descriptor still names the real directory), and swapping it before the open is refused.
+"""
 
 from __future__ import annotations
 
@@ -7,57 +14,37 @@ import errno
 import hashlib
 import os
 import secrets
-import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from xconf.artifacts.layout import attempt_name, attempt_number, sha256_file
 from xconf.errors import ArtifactError
 from xconf.schema import is_safe_id
 
+__all__ = ["Dir", "sha256_file"]  # sha256_file: re-exported, owned by layout
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC
 _FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+@dataclass(frozen=True)
+class Dir:
+    """An open directory: ``fd`` is what writes use, ``path`` only names it in messages."""
+
+    fd: int
+    path: Path
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def io_error(exc: OSError, path: Path) -> ArtifactError:
     """A coded error for a failed write: ``artifacts.disk_full`` or ``artifacts.io``."""
     code = "artifacts.disk_full" if exc.errno in _FULL else "artifacts.io"
-    return ArtifactError(code, f"cannot write {path}: {exc}", str(path))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_regular(path: Path) -> bytes | None:
-    """The bytes of a regular file, None if absent; a symlink or non-file is an error."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ArtifactError(
-                "artifacts.symlink", f"{path} is a symlink and is never followed", str(path)
-            ) from exc
-        raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ArtifactError("artifacts.not_a_file", f"{path} is not a regular file", str(path))
-        return handle.read()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return ArtifactError(code, f"cannot write {path}: {exc.strerror or exc}", str(path))
 
 
 def check_id(value: str, what: str) -> str:
@@ -66,73 +53,169 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
-def ensure_real_dir(root: Path, *parts: str) -> Path:
-    """Create ``root/parts...`` one level at a time, refusing symlinks at every level."""
-    current = root
-    if current.is_symlink():
-        raise ArtifactError("artifacts.symlink", f"{current} is a symlink", str(current))
-    try:
-        current.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise io_error(exc, current) from exc
-    for part in parts:
-        check_id(part, "path component")
-        current = current / part
+def _open_child(parent: Dir, name: str, *, create: bool) -> Dir:
+    path = parent.path / name
+    if create:
         try:
-            os.mkdir(current)
+            os.mkdir(name, 0o755, dir_fd=parent.fd)
         except FileExistsError:
             pass
         except OSError as exc:
-            raise io_error(exc, current) from exc
-        if current.is_symlink() or not current.is_dir():
+            raise io_error(exc, path) from None
+    try:
+        return Dir(os.open(name, _DIR_FLAGS, dir_fd=parent.fd), path)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ArtifactError(
-                "artifacts.not_a_directory", f"{current} is not a real directory", str(current)
-            )
-    return current
+                "artifacts.not_a_directory", f"{path} is not a real directory", str(path)
+            ) from None
+        raise io_error(exc, path) from None
 
 
-def publish_bytes(directory: Path, name: str, data: bytes, *, staging: Path | None = None) -> str:
-    """Write ``data`` as ``directory/name`` atomically; fail if the name exists. Returns sha256.
+def open_root(root: Path, *, create: bool = True, follow: bool = False) -> Dir:
+    """The directory ``root`` (created if asked), resolved once, here.
 
-    The temporary file lives in ``staging`` (same filesystem) when given, so that a crash
-    between the link and the unlink never leaves a stray entry inside ``directory``: a sealed
-    attempt directory then holds exactly its payloads and ``COMPLETE``.
+    Its last component must not be a symlink unless ``follow`` (a user-chosen output
+    directory); everything below it is then reached relative to the returned descriptor.
     """
-    final = directory / name
-    if staging is None:
-        tmp = directory / f".{name}.tmp-{secrets.token_hex(6)}"
-    else:
-        tmp = staging / f".{directory.name}.{name}.tmp-{secrets.token_hex(6)}"
+    flags = _DIR_FLAGS & ~_NOFOLLOW if follow else _DIR_FLAGS
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        return Dir(os.open(root, flags), root)
     except OSError as exc:
-        raise io_error(exc, final) from exc
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+            message = f"{root} is not a real directory"
+            raise ArtifactError("artifacts.symlink", message, str(root)) from None
+        raise io_error(exc, root) from None
+
+
+@contextlib.contextmanager
+def real_dir(root: Path, *parts: str, create: bool = True) -> Iterator[Dir]:
+    """``root/parts...`` opened one level at a time, refusing a symlink at every level."""
+    current = open_root(root, create=create)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, final)  # link, unlike rename, refuses to replace an existing file
-        except FileExistsError as exc:
-            raise ArtifactError(
-                "artifacts.exists", f"{final} exists and is never overwritten", str(final)
-            ) from exc
-    except OSError as exc:
-        if isinstance(exc, ArtifactError):
-            raise
-        raise io_error(exc, final) from exc
+        for part in parts:
+            check_id(part, "path component")
+            child = _open_child(current, part, create=create)
+            current.close()
+            current = child
+        yield current
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    fsync_dir(directory)
+        current.close()
+
+
+def ensure_real_dir(root: Path, *parts: str) -> Path:
+    """Create ``root/parts...`` one level at a time, refusing symlinks at every level."""
+    with real_dir(root, *parts) as directory:
+        return directory.path
+
+
+def _as_dir(directory: Dir | Path) -> tuple[Dir, bool]:
+    """``directory`` as an open Dir, and whether the caller must close it."""
+    if isinstance(directory, Dir):
+        return directory, False
+    return open_root(directory, create=False), True
+
+
+def publish_bytes(
+    directory: Dir | Path,
+    name: str,
+    data: bytes,
+    *,
+    staging: Dir | Path | None = None,
+    replace: bool = False,
+) -> str:
+    """Write ``data`` as ``directory/name`` atomically and durably; returns its sha256.
+
+    The bytes go to a fresh temporary file (``O_EXCL | O_NOFOLLOW``) in ``staging`` (same
+    filesystem) or ``directory``, are fsynced, then linked into place: ``link`` refuses an
+    existing name (``artifacts.exists``) unless ``replace``, when ``rename`` swaps the entry
+    itself (a symlink planted there is replaced, never followed). A temporary in
+    ``staging`` means a crash between the link and the unlink never leaves a stray entry
+    inside ``directory``: a sealed attempt holds exactly its payloads and ``COMPLETE``.
+    """
+    target, close_target = _as_dir(directory)
+    try:
+        stage, close_stage = (target, False) if staging is None else _as_dir(staging)
+    except BaseException:
+        if close_target:
+            target.close()
+        raise
+    final = target.path / name
+    prefix = f".{name}" if staging is None else f".{target.path.name}.{name}"
+    tmp = f"{prefix}.tmp-{secrets.token_hex(6)}"
+    try:
+        try:
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
+                0o644,
+                dir_fd=stage.fd,
+            )
+        except OSError as exc:
+            raise io_error(exc, final) from None
+        try:
+            try:
+                pending = memoryview(data)
+                while pending:  # a short write (file-size limit, full disk) is not a success
+                    pending = pending[os.write(fd, pending) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if replace:
+                os.rename(tmp, name, src_dir_fd=stage.fd, dst_dir_fd=target.fd)
+            else:
+                try:  # link, unlike rename, refuses to replace an existing file
+                    os.link(
+                        tmp, name, src_dir_fd=stage.fd, dst_dir_fd=target.fd, follow_symlinks=False
+                    )
+                except FileExistsError:
+                    raise ArtifactError(
+                        "artifacts.exists", f"{final} exists and is never overwritten", str(final)
+                    ) from None
+        except OSError as exc:
+            raise io_error(exc, final) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=stage.fd)
+        try:
+            os.fsync(target.fd)
+        except OSError as exc:
+            raise io_error(exc, final) from None
+    finally:
+        if close_stage:
+            stage.close()
+        if close_target:
+            target.close()
     return hashlib.sha256(data).hexdigest()
 
 
-def append_line(path: Path, line: bytes) -> None:
-    """Append one line (durably); a torn earlier line is terminated first."""
+def write_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically and durably; its directory is created if needed.
+
+    For derived files that are rewritten (report.html, launch.json, caches): the parent is
+    resolved once, when it is opened; the write is relative to that descriptor and swaps
+    the entry itself, so a symlink planted at ``path`` is replaced, never written through.
+    """
+    directory = open_root(path.parent, create=True, follow=True)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+        publish_bytes(directory, path.name, data, replace=True)
+    finally:
+        directory.close()
+
+
+def append_line(directory: Dir | Path, name: str, line: bytes) -> None:
+    """Append one line to ``directory/name`` (durably); a torn earlier line is ended first."""
+    target, close_target = _as_dir(directory)
+    path = target.path / name
+    try:
+        fd = os.open(
+            name,
+            os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC,
+            0o644,
+            dir_fd=target.fd,
+        )
         try:
             size = os.fstat(fd).st_size
             if size:
@@ -146,26 +229,34 @@ def append_line(path: Path, line: bytes) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise io_error(exc, path) from exc
+        raise io_error(exc, path) from None
+    finally:
+        if close_target:
+            target.close()
 
 
-def allocate_attempt_dir(case_dir: Path) -> tuple[str, Path]:
-    """Atomic ``mkdir`` allocation: two runners can never publish into one attempt."""
-    existing = [
-        int(p.name[2:])
-        for p in case_dir.iterdir()
-        if p.name.startswith("a-") and p.name[2:].isdigit()
-    ]
-    number = max(existing, default=0) + 1
-    while True:
-        attempt_id = f"a-{number:04d}"
-        path = case_dir / attempt_id
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            number += 1
-            continue
-        except OSError as exc:
-            raise io_error(exc, path) from exc
-        fsync_dir(case_dir)
-        return attempt_id, path
+def allocate_attempt_dir(case_dir: Dir | Path) -> tuple[str, Dir]:
+    """Atomic ``mkdir`` allocation, then the new directory opened without following links.
+
+    Two runners can never publish into one attempt; an attempt directory swapped for a
+    symlink between its creation and its open is refused (``artifacts.not_a_directory``).
+    The caller closes the returned :class:`Dir`.
+    """
+    case, close_case = _as_dir(case_dir)
+    try:
+        numbers = (attempt_number(name) for name in os.listdir(case.fd))
+        number = max((n for n in numbers if n is not None), default=0) + 1
+        while True:
+            attempt_id = attempt_name(number)
+            try:
+                os.mkdir(attempt_id, 0o755, dir_fd=case.fd)
+            except FileExistsError:
+                number += 1
+                continue
+            except OSError as exc:
+                raise io_error(exc, case.path / attempt_id) from None
+            os.fsync(case.fd)
+            return attempt_id, _open_child(case, attempt_id, create=False)
+    finally:
+        if close_case:
+            case.close()

@@ -5,32 +5,55 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
+from xconf.artifacts import seal as seal_check
+from xconf.artifacts.layout import (
+    CASES_DIR,
+    HEADER_NAME,
+    NON_REUSABLE_RESULTS,
+    PAYLOAD_FILES,
+    PLAN_NAME,
+    SEAL_KEYS,
+    SEAL_NAME,
+    SEAL_SCHEMA,
+    attempt_number,
+    parse_json,
+    read_json,
+    read_plan_lines,
+    read_regular,
+)
 from xconf.artifacts.safe_io import (
+    Dir,
     allocate_attempt_dir,
     append_line,
     check_id,
-    ensure_real_dir,
     publish_bytes,
-    read_regular,
-    sha256_file,
+    real_dir,
 )
+from xconf.artifacts.seal import AttemptState, Partial
 from xconf.errors import ArtifactError
+
+# Re-exported: the format's names are owned by layout, used here and by store's callers.
+__all__ = [
+    "NON_REUSABLE_RESULTS",
+    "PAYLOAD_FILES",
+    "SEAL_KEYS",
+    "SEAL_NAME",
+    "SEAL_SCHEMA",
+    "AttemptCheck",
+    "ExperimentStore",
+    "PublishedAttempt",
+    "read_json",
+    "read_tensors",
+]
 
 if TYPE_CHECKING:  # torch only where tensors are written or read: planning needs none
     import torch
-
-NON_REUSABLE_RESULTS = frozenset({"error"})
-SEAL_KEYS = frozenset(
-    {"schema", "experiment_id", "case_id", "attempt_id", "execution_key", "result", "files"}
-)
 
 
 def json_bytes(document: Any) -> bytes:
@@ -44,12 +67,23 @@ class AttemptCheck:
     case_id: str
     attempt_id: str
     path: Path
-    reason: str | None
-    seal: Mapping[str, Any] | None
+    state: AttemptState
 
     @property
     def valid(self) -> bool:
-        return self.reason is None
+        return isinstance(self.state, seal_check.Sealed)
+
+    @property
+    def partial(self) -> bool:
+        return isinstance(self.state, Partial)
+
+    @property
+    def reason(self) -> str | None:
+        return self.state.problems[0] if self.state.problems else None
+
+    @property
+    def seal(self) -> Mapping[str, Any] | None:
+        return None if isinstance(self.state, Partial) else self.state.seal
 
 
 @dataclass(frozen=True)
@@ -70,31 +104,34 @@ class ExperimentStore:
 
     # -- experiment header and plan ---------------------------------------------------------
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        ensure_real_dir(self.root, self.experiment_id)
-        lock = self.path / ".lock"
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            raise ArtifactError(
-                "artifacts.lock", f"cannot open the lock file {lock}: {exc}", str(lock)
-            ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    def _locked(self) -> Iterator[Dir]:
+        """The experiment directory, open and exclusively locked."""
+        with real_dir(self.root, self.experiment_id) as directory:
+            lock = directory.path / ".lock"
+            try:
+                fd = os.open(
+                    ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=directory.fd
+                )
+            except OSError as exc:
+                raise ArtifactError(
+                    "artifacts.lock", f"cannot open the lock file {lock}: {exc}", str(lock)
+                ) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield directory
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def publish_plan(self, header: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Write experiment.json once (a rerun must match it) and append unseen plan rows."""
-        with self._locked():
-            header_path = self.path / "experiment.json"
+        with self._locked() as directory:
+            header_path = self.path / HEADER_NAME
             existing_bytes = read_regular(header_path)
             if existing_bytes is not None:
                 try:
-                    existing = json.loads(existing_bytes.decode("utf-8"))
-                except (ValueError, UnicodeDecodeError):
+                    existing = parse_json(existing_bytes, HEADER_NAME, str(header_path))
+                except ArtifactError:
                     existing = None
                 if existing != json.loads(json_bytes(header)):
                     raise ArtifactError(
@@ -104,31 +141,31 @@ class ExperimentStore:
                         "experiment_id",
                     )
             else:
-                publish_bytes(self.path, "experiment.json", json_bytes(header))
+                publish_bytes(directory, HEADER_NAME, json_bytes(header))
             known = self.planned_case_ids()
             for row in rows:
                 if row["case_id"] not in known:
                     append_line(
-                        self.path / "plan.jsonl",
+                        directory,
+                        PLAN_NAME,
                         json.dumps(row, sort_keys=True, allow_nan=False).encode(),
                     )
                     known.add(row["case_id"])
 
     def planned_case_ids(self) -> set[str]:
+        """Case ids of plan.jsonl; a torn or hostile line (an interrupted append) is skipped."""
         ids: set[str] = set()
-        data = read_regular(self.path / "plan.jsonl")
-        if data is None:
-            return ids
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                ids.add(json.loads(line)["case_id"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line from an interrupted append
+        for _, row in read_plan_lines(self.path / PLAN_NAME):
+            case_id = row.get("case_id") if isinstance(row, dict) else None
+            if isinstance(case_id, str):
+                ids.add(case_id)
         return ids
 
     # -- attempts -----------------------------------------------------------------------------
     def case_dir(self, case_id: str) -> Path:
-        return ensure_real_dir(self.root, self.experiment_id, "cases", check_id(case_id, "case_id"))
+        check_id(case_id, "case_id")
+        with real_dir(self.root, self.experiment_id, CASES_DIR, case_id) as directory:
+            return directory.path
 
     def publish_attempt(
         self,
@@ -138,103 +175,63 @@ class ExperimentStore:
         tensors: Mapping[str, Mapping[str, torch.Tensor]],
         result: str,
     ) -> PublishedAttempt:
-        """Allocate an attempt, publish every payload, then seal it with COMPLETE, last."""
+        """Allocate an attempt, publish every payload, then seal it with COMPLETE, last.
+
+        Every file is written relative to the attempt's open directory descriptor: the
+        directory swapped for a symlink after its creation redirects nothing.
+        """
         from safetensors.torch import save
 
         names = set(documents) | set(tensors)
         if names != set(PAYLOAD_FILES):
             missing = sorted(set(PAYLOAD_FILES) - names)
             raise ArtifactError("artifacts.incomplete_payload", f"missing payloads {missing}")
-        attempt_id, path = allocate_attempt_dir(self.case_dir(case_id))
-        digests = {}
-        for name in PAYLOAD_FILES:
-            if name in documents:
-                data = json_bytes(documents[name])
-            else:
-                data = save(
-                    {k: v.contiguous() for k, v in tensors[name].items()},
-                    metadata={"case_id": case_id, "attempt_id": attempt_id},
-                )
-            digests[name] = publish_bytes(path, name, data, staging=path.parent)
-        seal = {
-            "schema": SEAL_SCHEMA,
-            "experiment_id": self.experiment_id,
-            "case_id": case_id,
-            "attempt_id": attempt_id,
-            "execution_key": execution_key,
-            "result": result,
-            "files": digests,
-        }
-        publish_bytes(path, SEAL_NAME, json_bytes(seal), staging=path.parent)
-        return PublishedAttempt(case_id, attempt_id, path, result)
+        check_id(case_id, "case_id")
+        with real_dir(self.root, self.experiment_id, CASES_DIR, case_id) as case:
+            attempt_id, attempt = allocate_attempt_dir(case)
+            try:
+                digests = {}
+                for name in PAYLOAD_FILES:
+                    if name in documents:
+                        data = json_bytes(documents[name])
+                    else:
+                        data = save(
+                            {k: v.contiguous() for k, v in tensors[name].items()},
+                            metadata={"case_id": case_id, "attempt_id": attempt_id},
+                        )
+                    digests[name] = publish_bytes(attempt, name, data, staging=case)
+                seal = {
+                    "schema": SEAL_SCHEMA,
+                    "experiment_id": self.experiment_id,
+                    "case_id": case_id,
+                    "attempt_id": attempt_id,
+                    "execution_key": execution_key,
+                    "result": result,
+                    "files": digests,
+                }
+                publish_bytes(attempt, SEAL_NAME, json_bytes(seal), staging=case)
+            finally:
+                attempt.close()
+            return PublishedAttempt(case_id, attempt_id, case.path / attempt_id, result)
 
     def attempts(self, case_id: str) -> list[Path]:
         """Attempt directories of a case, newest first."""
-        case_dir = self.path / "cases" / case_id
+        case_dir = self.path / CASES_DIR / case_id
         if case_dir.is_symlink() or not case_dir.is_dir():
             return []
-        found = [p for p in case_dir.iterdir() if p.name.startswith("a-") and p.name[2:].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[2:]), reverse=True)
+        found = [p for p in case_dir.iterdir() if attempt_number(p.name) is not None]
+        return sorted(found, key=lambda p: attempt_number(p.name) or 0, reverse=True)
 
     def case_ids(self) -> list[str]:
-        cases = self.path / "cases"
+        cases = self.path / CASES_DIR
         if cases.is_symlink() or not cases.is_dir():
             return []
         return sorted(p.name for p in cases.iterdir())
 
     def verify_attempt(self, path: Path) -> AttemptCheck:
-        case_id, attempt_id = path.parent.name, path.name
-
-        def bad(reason: str, seal: Mapping[str, Any] | None = None) -> AttemptCheck:
-            return AttemptCheck(case_id, attempt_id, path, reason, seal)
-
-        try:
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISDIR(mode):
-                return bad("attempt is not a real directory")
-            seal_path = path / SEAL_NAME
-            seal_mode = os.lstat(seal_path).st_mode
-        except FileNotFoundError:
-            return bad("no COMPLETE seal (partial attempt)")
-        if not stat.S_ISREG(seal_mode):
-            return bad("COMPLETE is not a regular file")
-        try:
-            seal = json.loads(seal_path.read_text("utf-8"))
-            files = dict(seal["files"])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            return bad("COMPLETE is malformed")
-        if (
-            seal.get("schema") != SEAL_SCHEMA
-            or seal.get("case_id") != case_id
-            or seal.get("attempt_id") != attempt_id
-            or seal.get("experiment_id") != self.experiment_id
-        ):
-            return bad("COMPLETE names another attempt", seal)
-        if set(seal) != SEAL_KEYS:
-            return bad("COMPLETE does not have exactly the seal fields", seal)
-        if set(files) != set(PAYLOAD_FILES):
-            return bad("COMPLETE does not seal the expected payloads", seal)
-        present = {p.name for p in path.iterdir()}
-        extra = sorted(present - set(files) - {SEAL_NAME})
-        if extra:
-            return bad(f"unexpected entries {extra}", seal)
-        for name, digest in files.items():
-            try:
-                file_mode = os.lstat(path / name).st_mode
-            except FileNotFoundError:
-                return bad(f"{name} is missing", seal)
-            if not stat.S_ISREG(file_mode):
-                return bad(f"{name} is not a regular file", seal)
-            if sha256_file(path / name) != digest:
-                return bad(f"{name} does not match its seal", seal)
-        # The seal itself is not sealed: its result must agree with the sealed verdict.
-        try:
-            sealed_result = json.loads((path / "comparison.json").read_text("utf-8"))["result"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            return bad("comparison.json is malformed", seal)
-        if seal.get("result") != sealed_result:
-            return bad("COMPLETE and comparison.json disagree on the result", seal)
-        return AttemptCheck(case_id, attempt_id, path, None, seal)
+        """The attempt checked against its seal (``xconf.artifacts.seal``, the one checker)."""
+        state = seal_check.check_attempt(path, self.experiment_id, path.parent.name)
+        return AttemptCheck(path.parent.name, path.name, path, state)
 
     def find_reusable(self, case_id: str, execution_key: str) -> AttemptCheck | None:
         """The newest valid, sealed attempt with this execution key and a reusable result."""
@@ -250,12 +247,11 @@ class ExperimentStore:
         return None
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text("utf-8"))
-
-
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """safetensors only: no pickle is ever loaded from an artifact."""
-    from safetensors.torch import load_file
+    """safetensors only, from a bounded regular file: no pickle, no link, no FIFO."""
+    from safetensors.torch import load
 
-    return load_file(str(path))
+    data = read_regular(path)
+    if data is None:
+        raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))
+    return load(data)

@@ -1,4 +1,4 @@
-"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify` and `xconf report`."""
+"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="validate and expand an experiment; build no engine")
     plan.add_argument("file", type=Path)
     plan.add_argument("--output-root", default="outputs")
-    run = sub.add_parser("run", help="plan, score every case on both sides, judge, seal")
+    run = sub.add_parser(
+        "run",
+        help="plan, score every case on both sides, judge, seal",
+        usage="xconf run FILE --runtime NAME [options] [[+]runtime.KEY=VALUE ...]",
+        epilog="Runtime options take Hydra's syntax: runtime.KEY=VALUE changes one, "
+        "+runtime.KEY=VALUE adds one; an option the runtime does not take is an error (exit 2).",
+    )
     run.add_argument("file", type=Path)
     run.add_argument("--runtime", required=True, help="runtime adapter, e.g. cpu-smoke")
     run.add_argument(
@@ -36,13 +42,24 @@ def _parser() -> argparse.ArgumentParser:
         help="stop a case that runs longer and record it as result error (runtime.case_timeout)",
     )
     run.add_argument("--output-root", default="outputs")
+    run.add_argument(
+        "--localize",
+        action="store_true",
+        help="after the run, localize every failing case (see `xconf localize`)",
+    )
     verify = sub.add_parser(
         "verify",
         help="recompute every seal and verdict of a run offline "
         "(exit 0 valid, 1 damaged, 2 bad RUN_DIR, 3 incomplete)",
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    sub.add_parser("report", help="render a run directory as HTML or JSON", add_help=False)
+    sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
+    from xconf.cli import judge, make_checkpoint
+    from xconf.cli import localize as localize_cli
+
+    make_checkpoint.add_parser(sub)
+    judge.add_parser(sub)
+    localize_cli.add_parser(sub)
     return parser
 
 
@@ -63,12 +80,13 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     check_case_timeout(args.case_timeout)
     return session.run(
         spec,
-        session.runtime_config(args.runtime),
+        session.runtime_config(args.runtime, args.overrides),
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
         resume=not args.no_resume,
         case_timeout_s=args.case_timeout,
         view=view,
+        localize=args.localize,
     )
 
 
@@ -79,17 +97,49 @@ def _verify(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     return Outcome(main_verify(args.run_dir, view.console))
 
 
+def _judge(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import judge
+    from xconf.session import Outcome
+
+    return Outcome(judge.run(args, view.console))
+
+
+def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import make_checkpoint
+    from xconf.session import Outcome
+
+    return Outcome(make_checkpoint.run(args, view.console))
+
+
+def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import localize as localize_cli
+
+    return localize_cli.step(args, view)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
         from xconf.report.cli import main_report
 
         return main_report(argv[1:])
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Runtime overrides (runtime.KEY=VALUE) may stand anywhere after `run`, like Hydra's.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command != "run" or any(e.startswith("-") for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     from xconf import session
     from xconf.cli.render import ConsoleView
 
-    step = {"plan": _plan, "run": _run, "verify": _verify}[args.command]
+    step = {
+        "plan": _plan,
+        "run": _run,
+        "verify": _verify,
+        "judge": _judge,
+        "make-checkpoint": _make_checkpoint,
+        "localize": _localize,
+    }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code
 

@@ -91,7 +91,9 @@ def run_sweep(
         return SweepResult(outcome)
     prepared = outcome.prepared
     for notice in planned["notices"]:
-        view.console.print(f"[yellow]duplicate intervention reported:[/] {notice}")
+        from rich.text import Text
+
+        view.console.print(Text.assemble(("duplicate intervention reported: ", "yellow"), notice))
     save_multirun()
     if planned["cfg"].mode == "plan":
         view.planned(prepared, "; launched nothing")

@@ -28,9 +28,14 @@ RESULT_STYLE = {
 
 
 def make_console() -> Console:
-    """A console wide enough for the verdict table when output is a pipe or a CI log."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=160)
+    """A console wide enough for the verdict table when output is a pipe or a CI log.
+
+    Markup is off: everything printed as a string (paths, ids, knob values, runtime error
+    messages, directory entries) is shown verbatim, so ``[/dev/nvidia0]`` or ``[link=...]``
+    can neither raise ``MarkupError`` nor vanish. Styles are applied with ``Text`` only.
+    """
+    probe = Console(markup=False)
+    return probe if probe.is_terminal else Console(width=160, markup=False)
 
 
 def _fmt(value: float | None) -> str:
@@ -91,8 +96,10 @@ def grid(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Te
 
 def verdict_table(summary: RunSummary) -> Table:
     table = Table(
-        title=f"{summary.experiment_id}: {len(summary.records)} cases, "
-        f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        title=Text(
+            f"{summary.experiment_id}: {len(summary.records)} cases, "
+            f"engines built {summary.engines_built}, reused {summary.engines_reused}"
+        )
     )
     for column in (
         "case",
@@ -109,14 +116,14 @@ def verdict_table(summary: RunSummary) -> Table:
         style = RESULT_STYLE.get(r.result, "")
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
-            r.case_id,
-            r.label,
-            f"[{style}]{r.result}[/]",
-            str(r.active_tokens),
-            str(r.mismatches),
-            _fmt(r.max_abs_diff),
-            _fmt(r.p99_abs_diff),
-            attempt,
+            Text(r.case_id),
+            Text(r.label),
+            Text(r.result, style=style),
+            Text(str(r.active_tokens)),
+            Text(str(r.mismatches)),
+            Text(_fmt(r.max_abs_diff)),
+            Text(_fmt(r.p99_abs_diff)),
+            Text(attempt),
         )
     return table
 
@@ -124,7 +131,7 @@ def verdict_table(summary: RunSummary) -> Table:
 def print_reasons(console: Console, records: list[CaseRecord]) -> None:
     for r in records:
         if r.result not in ("pass", "fail") and r.reason:
-            console.print(f"[{RESULT_STYLE.get(r.result, '')}]{r.label}[/]: {r.reason}")
+            console.print(Text.assemble((r.label, RESULT_STYLE.get(r.result, "")), f": {r.reason}"))
 
 
 @contextmanager
@@ -135,7 +142,7 @@ def case_progress(console: Console, total: int) -> Iterator[Any]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # labels and results: verbatim
         console=console,
         transient=True,
     )
@@ -156,7 +163,7 @@ class ConsoleView:
 
     def planned(self, prepared: Prepared, note: str) -> None:
         self.console.print(plan_table(prepared.execution))
-        self.console.print(f"wrote {prepared.store.path / 'plan.jsonl'}{note}")
+        self.console.print(Text(f"wrote {prepared.store.path / 'plan.jsonl'}{note}"))
 
     def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:
         return case_progress(self.console, total)
@@ -164,4 +171,4 @@ class ConsoleView:
     def verdict(self, summary: RunSummary) -> None:
         self.console.print(verdict_table(summary))
         print_reasons(self.console, summary.records)
-        self.console.print(f"artifacts: {summary.experiment_dir}")
+        self.console.print(Text(f"artifacts: {summary.experiment_dir}"))

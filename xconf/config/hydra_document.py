@@ -10,7 +10,15 @@ from xconf.errors import ConfigError
 
 # Keys of the application itself, defined by conf/config.yaml.
 APP_KEYS = frozenset(
-    {"mode", "allow_smoke_operators", "output_root", "resume", "runtime", "case_timeout_s"}
+    {
+        "mode",
+        "allow_smoke_operators",
+        "output_root",
+        "resume",
+        "runtime",
+        "case_timeout_s",
+        "localize",
+    }
 )
 KNOB_ROOTS = ("batch", "rollout", "training", "logp")
 # Values conf/config.yaml gives them; anything else must come from a command-line override.

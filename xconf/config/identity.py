@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from xconf.canonical import canonical_json
 from xconf.errors import ConfigError
 from xconf.schema import Identity
 
@@ -62,7 +62,7 @@ def _json_field(node: Any, field: str) -> str:
     if not isinstance(node, Mapping):
         raise ConfigError("config.wrong_type", "expected a mapping", f"identity.{field}")
     try:
-        return json.dumps(node, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return canonical_json(node, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError("config.wrong_type", str(exc), f"identity.{field}") from exc
 

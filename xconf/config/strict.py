@@ -15,9 +15,10 @@ from typing import Any
 
 from xconf.config.identity import parse_identity
 from xconf.errors import ConfigError
-from xconf.knobs import flatten_knobs
+from xconf.knobs import EXTENDED_KNOBS, flatten_knobs
 from xconf.schema import (
     EXPERIMENT_SCHEMA_V1,
+    EXPERIMENT_SCHEMA_V2,
     ExperimentSpec,
     Intervention,
     OperatorChoice,
@@ -119,13 +120,21 @@ def _check_keys(node: Mapping[str, Any], allowed: frozenset[str], path: str) -> 
             raise ConfigError("config.unknown_key", f"unknown key '{key}'", child)
 
 
+def names_expected_outcome(key: str) -> bool:
+    """``expect``, ``expected``, ``expected_*``: an expected outcome, which only the command
+    line may state; every other scenario key stays free-form metadata."""
+    normal = key.strip().lower().replace("-", "_")
+    return normal in ("expect", "expected") or normal.startswith("expected_")
+
+
 def _parse_scenario(node: Any) -> Scenario:
     scenario = _require_mapping(node, "scenario")
     for key in scenario:
-        if key in CLI_ONLY_KEYS:
+        if key in CLI_ONLY_KEYS or names_expected_outcome(str(key)):
             raise ConfigError(
                 "config.cli_only_key",
-                f"'{key}' belongs to the command line, not to scenario metadata",
+                f"'{key}' belongs to the command line, not to scenario metadata "
+                "(expected outcomes are never read from an experiment)",
                 f"scenario.{key}",
             )
     for key in SCENARIO_REQUIRED:
@@ -208,17 +217,43 @@ def _parse_pairs(node: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _reject_extended_knobs(
+    baseline: Mapping[str, Any],
+    interventions: tuple[Intervention, ...],
+    pairs: tuple[tuple[str, str], ...],
+) -> None:
+    """A v1 document names exactly the contract's allowlist; extended knobs need v2."""
+    named = [(f"baseline.{path}", path) for path in baseline]
+    named += [(f"interventions[{i}].path", item.path) for i, item in enumerate(interventions)]
+    named += [
+        (f"pairwise_paths[{i}][{j}]", path)
+        for i, pair in enumerate(pairs)
+        for j, path in enumerate(pair)
+    ]
+    for where, path in named:
+        if path in EXTENDED_KNOBS:
+            raise ConfigError(
+                "config.extended_knob_in_v1",
+                f"'{path}' is an extended knob; a '{EXPERIMENT_SCHEMA_V1}' document takes only "
+                f"the contract's allowlist: use schema_version '{EXPERIMENT_SCHEMA_V2}' "
+                "(docs/experiment-v2.md) or a Hydra experiment",
+                where,
+            )
+
+
 def parse_experiment(document: Any, *, require_schema_version: bool = True) -> ExperimentSpec:
     """Strictly parse an experiment document; raise ConfigError naming the bad path."""
     root = _require_mapping(document, "<root>")
     reject_threshold_keys(root)
     reject_non_finite(root)
     _check_keys(root, TOP_LEVEL_KEYS, "")
-    version = root.get("schema_version", None if require_schema_version else EXPERIMENT_SCHEMA_V1)
-    if version != EXPERIMENT_SCHEMA_V1:
+    # A Hydra-composed experiment has no schema_version and takes the extended knobs (v2).
+    version = root.get("schema_version", None if require_schema_version else EXPERIMENT_SCHEMA_V2)
+    if version not in (EXPERIMENT_SCHEMA_V1, EXPERIMENT_SCHEMA_V2):
         raise ConfigError(
             "config.schema_version",
-            f"expected schema_version '{EXPERIMENT_SCHEMA_V1}', got {version!r}",
+            f"expected schema_version '{EXPERIMENT_SCHEMA_V1}' or '{EXPERIMENT_SCHEMA_V2}', "
+            f"got {version!r}",
             "schema_version",
         )
     for key in ("experiment_id", "identity", "baseline"):
@@ -244,6 +279,11 @@ def parse_experiment(document: Any, *, require_schema_version: bool = True) -> E
             "config.wrong_type", "strict_fallback must be a boolean", "strict_fallback"
         )
     baseline = _require_mapping(root["baseline"], "baseline")
+    interventions = _parse_interventions(root.get("interventions"))
+    pairs = _parse_pairs(root.get("pairwise_paths"))
+    flat_baseline = flatten_knobs(baseline)
+    if version == EXPERIMENT_SCHEMA_V1:
+        _reject_extended_knobs(flat_baseline, interventions, pairs)
     return ExperimentSpec(
         experiment_id=experiment_id,
         scenario_id=_require_str(root.get("scenario_id", experiment_id), "scenario_id"),
@@ -252,9 +292,9 @@ def parse_experiment(document: Any, *, require_schema_version: bool = True) -> E
         strategy=strategy,
         strict_fallback=strict,
         identity=parse_identity(root["identity"]),
-        baseline=tuple(sorted(flatten_knobs(baseline).items())),  # type: ignore[arg-type]
-        interventions=_parse_interventions(root.get("interventions")),
-        pairwise_paths=_parse_pairs(root.get("pairwise_paths")),
+        baseline=tuple(sorted(flat_baseline.items())),  # type: ignore[arg-type]
+        interventions=interventions,
+        pairwise_paths=pairs,
         operators=_parse_operators(root.get("operators")),
         scenario=_parse_scenario(root.get("scenario", {"level": "S0", "device": "cpu"})),
     )

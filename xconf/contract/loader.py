@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
+from xconf.canonical import canonical_digest
 from xconf.errors import XconfError
 
 CONTRACT_RESOURCE = "numerical_contract.json"
@@ -51,10 +51,6 @@ class NumericalContract:
         return {"version": self.version, "sha256": self.sha256}
 
 
-def canonical_json(document: Any) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
 def parse_contract(document: Mapping[str, Any]) -> NumericalContract:
     try:
         section = document["selected_logprob"]
@@ -71,7 +67,7 @@ def parse_contract(document: Mapping[str, Any]) -> NumericalContract:
         )
     return NumericalContract(
         version=version,
-        sha256=hashlib.sha256(canonical_json(document)).hexdigest(),
+        sha256=canonical_digest(document),
         thresholds=MappingProxyType(thresholds),
         mixed_dtype_rule=rule_id,
         precision_order=order,

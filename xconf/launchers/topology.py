@@ -2,8 +2,9 @@
 
 World size is derived and recorded, never set: DESIGN.md §3 lists
 ``rollout.tensor_parallel_size``, ``rollout.context_parallel_size`` and ``training.sharding``
-as the knobs that take effect at process lifecycle, and the launcher needs enough ranks for
-the larger of the two sides.
+as the knobs that take effect at process lifecycle. The per-side rule lives in
+:func:`xconf.knobs.side_worlds` (each side's group is fixed by its own knobs); the launcher
+starts enough ranks for the larger side and each side runs on a sub-group of them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from xconf.knobs import KnobValueError, SideWorlds, side_worlds
 from xconf.launchers.errors import TopologyError
 
 # Keys a user might reach for to pick the world size directly; the world is derived instead.
 _FORBIDDEN_KEYS = frozenset({"world_size", "nproc_per_node", "nnodes", "num_ranks"})
-# Sharding modes whose training side needs more than one rank.
-_MULTI_RANK_SHARDING = {"fsdp": 2}
 
 
 def _as_container(cfg: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,7 +72,7 @@ def _reject_world_size_keys(node: Any, prefix: str) -> None:
 
 
 def required_world_size(cfg: DictConfig | Mapping[str, Any]) -> int:
-    """Ranks a case needs: max(rollout TP x CP, training sharding's minimum); default 1.
+    """Ranks a case launches: the larger side of :func:`xconf.knobs.side_worlds`; default 1.
 
     ``cfg`` is the job's composed config without the ``hydra`` node (or a plain mapping).
     Missing knobs count as 1 / no sharding. A key that tries to set the world size, or a
@@ -90,5 +90,8 @@ def required_world_size(cfg: DictConfig | Mapping[str, Any]) -> int:
             f"expected a string, got {sharding!r}",
             "training.sharding",
         )
-    training = _MULTI_RANK_SHARDING.get(str(sharding).lower(), 1) if sharding else 1
-    return max(rollout, training)
+    try:
+        worlds = side_worlds({"training.sharding": sharding})
+    except KnobValueError as exc:
+        raise TopologyError("launch.topology.bad_sharding", str(exc), "training.sharding") from exc
+    return SideWorlds(rollout=rollout, training=worlds.training).launched

@@ -9,7 +9,6 @@ discovery.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from xconf.artifacts.safe_io import write_file
+from xconf.canonical import canonical_digest
 from xconf.launchers.errors import (
     CaseDisagreementError,
     LaunchError,
@@ -90,8 +91,7 @@ def resolve_backend(requested: str) -> str:
 
 def config_digest(payload: Any) -> bytes:
     """Fixed-size (32-byte) digest of a JSON-able payload, canonical key order."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).digest()
+    return bytes.fromhex(canonical_digest(payload, default=str))
 
 
 def verify_case_agreement(digest: bytes) -> None:
@@ -295,7 +295,7 @@ def launch_world(
         status="failed" if error else "completed",
         error=str(error) if error else None,
     )
-    (run_dir / "launch.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
+    write_file(run_dir / "launch.json", (json.dumps(asdict(record), indent=2) + "\n").encode())
     if error is not None:
         raise error
     return value, record

@@ -7,6 +7,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from xconf.report import stats
@@ -23,6 +24,7 @@ from xconf.report.model import (
     KnobRow,
     ReportData,
 )
+from xconf.report.sequences import sequences
 from xconf.report.tokens import DecoderFactory, default_decoder_factory
 
 NUMERIC_RESULTS = ("pass", "fail")  # results whose diagnostics are numbers
@@ -34,6 +36,7 @@ def build_report(
     run_dir: str | os.PathLike[str],
     *,
     decoder_factory: DecoderFactory | None = None,
+    tokenizer: os.PathLike[str] | str | None = None,
 ) -> ReportData:
     """Read ``run_dir`` and assemble everything the report shows.
 
@@ -41,7 +44,9 @@ def build_report(
     default a tokenizer is used only when the identity names one that loads locally.
     """
     run = load_run(run_dir)
-    factory = decoder_factory or default_decoder_factory(run.run_dir)
+    factory = decoder_factory or default_decoder_factory(
+        run.run_dir, Path(tokenizer) if tokenizer is not None else None
+    )
     cases = [_case_report(case, factory) for case in run.cases]
     baseline_id = _baseline_id(run, cases)
     cases = [_with_baseline_flag(c, c.case_id == baseline_id) for c in cases]
@@ -135,7 +140,7 @@ def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
     contract = contract if isinstance(contract, dict) else {}
     identity = payload.identity if payload else {}
     decode: Callable[[int], str] | None = None
-    if result == "fail" and diffs is not None:
+    if result in NUMERIC_RESULTS and diffs is not None:
         decode = factory(identity)
     return CaseReport(
         case_id=case.case_id,
@@ -180,7 +185,14 @@ def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
         else (),
         attempts=attempts,
         problems=tuple(problems),
+        wall_s=stats.as_float(payload.actual.get("wall_s")) if payload else None,
+        rollout_correction=_mapping_or_none(comparison.get("rollout_correction")),
+        sequences=sequences(identity, diffs, decode) if diffs is not None and decode else (),
     )
+
+
+def _mapping_or_none(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def _str(value: Any) -> str | None:
@@ -203,12 +215,7 @@ def _result(
         return "invalid_artifact", f"comparison.json has unknown result {result!r}"
     if comparison.get("case_id") not in (None, case.case_id):
         return "invalid_artifact", "comparison.json names another case"
-    sealed = case.chosen.seal.sealed_result
-    if sealed is not None and sealed != result:
-        return (
-            "invalid_artifact",
-            f"COMPLETE seals result {sealed!r}, comparison.json says {result!r}",
-        )
+    # COMPLETE's result agreeing with comparison.json is part of the seal check (chosen).
     reason = comparison.get("reason")
     error = comparison.get("error")
     if isinstance(error, dict):
@@ -318,6 +325,7 @@ def _attribution(case: CaseReport, baseline: CaseReport | None) -> AttributionRo
         mismatch_ratio=case.mismatch_ratio,
         delta_mismatch_ratio=delta,
         log10_shift=shift,
+        threshold=case.threshold,
     )
 
 

@@ -28,7 +28,12 @@ def build_parser(prog: str = "xconf report") -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         default=None,
-        help="html (default, or from the -o suffix) or json",
+        help="html (default, or from the -o suffix), json, or csv (one row per case)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a local tokenizer directory (tokenizer.json) to show token text with",
     )
     parser.add_argument("--quiet", action="store_true", help="no terminal summary")
     return parser
@@ -37,13 +42,14 @@ def build_parser(prog: str = "xconf report") -> argparse.ArgumentParser:
 def main_report(argv: list[str]) -> int:
     """Entry point for the ``report`` subcommand; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    fmt = args.format or ("json" if args.output and args.output.endswith(".json") else "html")
+    suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
+    fmt = args.format or (suffix if suffix in ("json", "csv") else "html")
     to_stdout = args.output == "-"
     target = default_output(args.run_dir, fmt) if args.output is None else Path(args.output)
     try:
         from xconf.report.build import build_report
 
-        data = build_report(args.run_dir)
+        data = build_report(args.run_dir, tokenizer=args.tokenizer)
         text = render(data, fmt)
         if to_stdout:
             sys.stdout.write(text)
@@ -62,7 +68,7 @@ def main_report(argv: list[str]) -> int:
 
         from xconf.report.terminal import render_terminal_summary
 
-        render_terminal_summary(data, Console(stderr=True), target)
+        render_terminal_summary(data, Console(stderr=True, markup=False), target)
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from xconf.report import case_plots, plots
 from xconf.report.errors import ReportError
+from xconf.report.localize_section import localize_sections
 from xconf.report.model import RESULTS, CaseReport, KnobRow, ReportData
 from xconf.report.stats import percent, sci
 
@@ -132,6 +133,7 @@ def render_html(data: ReportData) -> str:
             labels=RESULT_LABELS,
             cases=[_case_context(c, renderer) for c in data.cases],
             attribution_image=plots.attribution_figure(data.attribution, threshold),
+            localize=localize_sections(data.run_dir),
             sealed=sum(1 for c in data.cases if c.seal_verified),
             attempt_total=sum(len(c.attempts) for c in data.cases),
             attempt_unverified=sum(

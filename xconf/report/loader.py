@@ -9,11 +9,7 @@ unverified with its problems, and never supplies numbers to the report.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from xconf.artifacts.layout import PAYLOAD_FILES, SEAL_NAME, SEAL_SCHEMA
+from xconf.artifacts import seal as seal_check
+from xconf.artifacts.layout import (
+    HEADER_NAME,
+    PLAN_NAME,
+    attempt_number,
+    read_json,
+    read_plan_lines,
+    read_regular,
+)
+from xconf.errors import ArtifactError
 from xconf.report.errors import ReportError
 from xconf.schema import is_safe_id
 
@@ -108,90 +113,34 @@ class RunRecord:
     problems: tuple[str, ...]
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _read_json(path: Path) -> Any:
-    with path.open("r", encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
 def verify_seal(attempt_dir: Path, experiment_id: str, case_id: str) -> SealCheck:
-    """Verify ``COMPLETE`` against the files actually present in ``attempt_dir``."""
-    problems: list[str] = []
-    seal_path = attempt_dir / SEAL_NAME
-    try:
-        mode = os.lstat(seal_path).st_mode
-    except FileNotFoundError:
-        return SealCheck(False, ("COMPLETE is missing (attempt never sealed)",), None, None)
-    if not stat.S_ISREG(mode):
-        return SealCheck(False, ("COMPLETE is not a regular file",), None, None)
-    try:
-        seal = _read_json(seal_path)
-    except (OSError, ValueError) as exc:
-        return SealCheck(False, (f"COMPLETE does not parse: {exc}",), None, None)
-    if not isinstance(seal, dict):
-        return SealCheck(False, ("COMPLETE is not a JSON object",), None, None)
-    key = seal.get("execution_key")
-    result = seal.get("result")
-    execution_key = key if isinstance(key, str) else None
-    sealed_result = result if isinstance(result, str) else None
-    if seal.get("schema") != SEAL_SCHEMA:
-        problems.append(f"COMPLETE schema is {seal.get('schema')!r}, expected {SEAL_SCHEMA!r}")
-    expected_ids = {
-        "experiment_id": experiment_id,
-        "case_id": case_id,
-        "attempt_id": attempt_dir.name,
-    }
-    for field, expected in expected_ids.items():
-        if seal.get(field) != expected:
-            problems.append(f"COMPLETE {field} is {seal.get(field)!r}, expected {expected!r}")
-    files = seal.get("files")
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        problems.append("COMPLETE has no 'files' mapping of name to sha256")
-        return SealCheck(False, tuple(problems), execution_key, sealed_result)
-    present: dict[str, int] = {}
-    for entry in os.scandir(attempt_dir):
-        if entry.name != SEAL_NAME:
-            present[entry.name] = entry.stat(follow_symlinks=False).st_mode
-    for name in sorted(set(files) - set(present)):
-        problems.append(f"sealed file {name} is missing")
-    for name in sorted(set(present) - set(files)):
-        problems.append(f"file {name} is present but not sealed")
-    for name in PAYLOAD_FILES:
-        if name not in files:
-            problems.append(f"required payload {name} is not sealed")
-    for name in sorted(set(files) - set(PAYLOAD_FILES)):
-        problems.append(f"sealed file {name} is not a payload of xconf.artifacts.v1")
-    for name in sorted(set(files) & set(present)):
-        mode = present[name]
-        if stat.S_ISLNK(mode):
-            problems.append(f"{name} is a symlink")
-        elif not stat.S_ISREG(mode):
-            problems.append(f"{name} is not a regular file")
-        elif sha256_file(attempt_dir / name) != files[name]:
-            problems.append(f"{name} does not match its sealed sha256")
-    return SealCheck(not problems, tuple(problems), execution_key, sealed_result)
+    """The attempt checked by the one seal checker (``xconf.artifacts.seal``)."""
+    state = seal_check.check_attempt(attempt_dir, experiment_id, case_id)
+    return SealCheck(
+        isinstance(state, seal_check.Sealed),
+        state.problems,
+        seal_check.execution_key(state),
+        seal_check.sealed_result(state),
+    )
 
 
 def _attempt_order(attempt_id: str) -> tuple[int, str]:
-    match = re.match(r"^a-(\d+)$", attempt_id)
-    return (int(match.group(1)) if match else -1, attempt_id)
+    number = attempt_number(attempt_id)
+    return (-1 if number is None else number, attempt_id)
 
 
 def _load_tensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
+    """safetensors from a bounded regular file (no link, no FIFO, nothing oversized)."""
+    from safetensors.numpy import load
 
-    return load_file(str(path))
+    data = read_regular(path)
+    if data is None:
+        raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))
+    return load(data)
 
 
 def _load_token_diffs(attempt_dir: Path, problems: list[str]) -> TokenDiffs | None:
@@ -238,9 +187,9 @@ def load_payload(attempt_dir: Path) -> AttemptPayload:
     docs: dict[str, Mapping[str, Any]] = {}
     for name in ("comparison", "requested", "materialized", "actual", "identity"):
         try:
-            value = _read_json(attempt_dir / f"{name}.json")
-        except (OSError, ValueError) as exc:
-            problems.append(f"{name}.json does not parse: {exc}")
+            value = read_json(attempt_dir / f"{name}.json")
+        except ArtifactError as exc:
+            problems.append(f"{name}.json does not parse: {exc.message}")
             value = {}
         if not isinstance(value, dict):
             problems.append(f"{name}.json is not a JSON object")
@@ -261,19 +210,15 @@ def load_payload(attempt_dir: Path) -> AttemptPayload:
 def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
     rows: list[PlanRow] = []
     problems: list[str] = []
-    if not path.is_file():
+    if not os.path.lexists(path):
         return (), ["plan.jsonl is missing"]
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ReportError("report.bad_plan", f"cannot read plan.jsonl: {exc}", str(path)) from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            problems.append(f"plan.jsonl line {number} does not parse: {exc}")
+        lines = list(read_plan_lines(path))
+    except ArtifactError as exc:  # a symlink, FIFO or oversized plan: recorded, never read
+        return (), [f"plan.jsonl is not readable: {exc.message}"]
+    for number, row in lines:
+        if isinstance(row, ArtifactError):
+            problems.append(f"plan.jsonl line {number} does not parse: {row.message}")
             continue
         case_id = row.get("case_id") if isinstance(row, dict) else None
         if not isinstance(case_id, str) or not is_safe_id(case_id):
@@ -319,7 +264,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
     root = Path(run_dir)
     if root.is_symlink() or not root.is_dir():
         raise ReportError("report.bad_run_dir", "not a run directory", str(root))
-    header_path = root / "experiment.json"
+    header_path = root / HEADER_NAME
     if not header_path.is_file() or header_path.is_symlink():
         inside = sorted(
             p.name
@@ -331,11 +276,11 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
             "report.bad_run_dir", f"no experiment.json: not an xconf run directory{hint}", str(root)
         )
     try:
-        header = _read_json(header_path)
-    except (OSError, ValueError) as exc:
+        header = read_json(header_path)
+    except ArtifactError as exc:
         raise ReportError(
-            "report.bad_header", f"experiment.json does not parse: {exc}", str(header_path)
-        ) from exc
+            "report.bad_header", f"experiment.json does not parse: {exc.message}", str(header_path)
+        ) from None
     if not isinstance(header, dict):
         raise ReportError("report.bad_header", "experiment.json is not an object", str(header_path))
     experiment_id = str(header.get("experiment_id") or root.name)
@@ -344,7 +289,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
         problems.append(
             f"experiment.json names {experiment_id!r} but the directory is {root.name!r}"
         )
-    plan, plan_problems = _parse_plan(root / "plan.jsonl")
+    plan, plan_problems = _parse_plan(root / PLAN_NAME)
     problems.extend(plan_problems)
     by_id = {row.case_id: row for row in plan}
     cases_dir = root / "cases"

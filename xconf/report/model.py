@@ -64,6 +64,15 @@ class WorstToken:
 
 
 @dataclass(frozen=True)
+class SequenceText:
+    """One sequence as text: the prompt, then each response token with its |diff|."""
+
+    batch: int
+    prompt: str
+    tokens: tuple[tuple[str, float | None, bool], ...]  # (text, |diff|, mismatch)
+
+
+@dataclass(frozen=True)
 class KnobRow:
     """One knob on one side: requested → materialized → actual."""
 
@@ -119,6 +128,9 @@ class CaseReport:
     materialization: tuple[KnobRow, ...]
     attempts: tuple[AttemptInfo, ...]
     problems: tuple[str, ...]
+    wall_s: float | None = None  # seconds the case took (both engines and both sides)
+    rollout_correction: Mapping[str, Any] | None = None  # verl's figures; never vote
+    sequences: tuple[SequenceText, ...] = ()  # only with a tokenizer at hand
 
     @property
     def severity(self) -> int:
@@ -140,6 +152,7 @@ class AttributionRow:
     mismatch_ratio: float | None
     delta_mismatch_ratio: float | None
     log10_shift: float | None  # log10((max + eps) / (baseline max + eps))
+    threshold: float | None = None  # this case's own contract threshold
 
 
 @dataclass(frozen=True)

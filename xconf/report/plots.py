@@ -41,6 +41,7 @@ class PlotImage:
     png_base64: str
     alt: str
     threshold_line: float | None
+    caption: str = ""  # text shown with the figure, as page text rather than pixels
 
 
 def mpl() -> tuple[Any, Any]:
@@ -129,20 +130,31 @@ def attribution_figure(
     ax.barh(ys, values, color=[RESULT_COLOURS.get(r.result, MUTED) for r in shown], height=0.62)
     ax.set_yticks(ys)
     ax.set_yticklabels(labels, fontsize=8, color=INK)
-    candidates = [*values, *([threshold] if threshold else [])]
+    own = [r.threshold if r.threshold else threshold for r in shown]
+    candidates = [*values, *(t for t in own if t)]
     log_axis(ax, "x", min(candidates) / 3, max(candidates) * 3)
     base = shown[0].baseline_max_abs_diff
     if base is not None and math.isfinite(base):
         ax.axvline(max(base, floor), color=INK, linewidth=1.2, label=f"baseline {base:.3g}")
-    if threshold:
-        ax.axvline(
-            threshold,
+    # Each bar is judged at its own case's threshold (a bfloat16 case at 5e-2, not at the
+    # float32 line), so each row gets its own marker.
+    marked = [(y, t) for y, t in zip(ys, own, strict=True) if t]
+    if marked:
+        distinct = sorted({t for _, t in marked})
+        ax.vlines(
+            [t for _, t in marked],
+            [y - 0.42 for y, _ in marked],
+            [y + 0.42 for y, _ in marked],
             color=THRESHOLD,
             linestyle="--",
             linewidth=1.4,
-            label=f"threshold {threshold:g}",
+            label="threshold " + ", ".join(f"{t:g}" for t in distinct),
         )
     _legend_above(ax, ncol=2)
     ax.set_xlabel("max |diff| (log scale)", fontsize=8, color=MUTED)
     style(ax)
-    return PlotImage(_encode(fig, canvas_cls), "max |diff| per intervention vs baseline", threshold)
+    return PlotImage(
+        _encode(fig, canvas_cls),
+        "max |diff| per intervention vs baseline, each against its own threshold",
+        threshold,
+    )

@@ -77,8 +77,8 @@ def _verdict_table(data: ReportData, narrow: bool) -> Any:
         table.add_column(name, justify="right", no_wrap=True)
     for case in data.cases[:MAX_ROWS]:
         row: list[str | Text] = [
-            case.case_id[:10] if narrow else case.case_id,
-            "baseline" if case.is_baseline else case.label,
+            Text(case.case_id[:10] if narrow else case.case_id),  # verbatim, never markup
+            Text("baseline" if case.is_baseline else case.label),
             Text(case.result, style=STYLES.get(case.result, "")),
             "—" if case.active_tokens is None else str(case.active_tokens),
             "—" if case.mismatches is None else str(case.mismatches),

@@ -99,17 +99,45 @@ def load_decoder(path: Path) -> TokenDecoder | None:
     return _vocab_decoder(document)
 
 
-def default_decoder_factory(run_dir: Path) -> DecoderFactory:
+def _recorded_dirs(identity: Mapping[str, Any], name: str) -> list[Path]:
+    """Where the run said its tokenizer is: the recipe of a user checkpoint, or the xconf
+    model cache holding the tiny model whose manifest names this tokenizer id."""
+    out: list[Path] = []
+    recipe = identity.get("recipe")
+    if isinstance(recipe, Mapping) and isinstance(recipe.get("tokenizer_path"), str):
+        out.append(Path(recipe["tokenizer_path"]))
+    if name.startswith("xconf-bpe."):
+        root = Path(
+            os.environ.get("XCONF_MODEL_CACHE") or Path.home() / ".cache" / "xconf" / "models"
+        )
+        for manifest in sorted(root.glob("*/xconf_model.json")) if root.is_dir() else []:
+            try:
+                record = json.loads(manifest.read_text(encoding="utf-8")).get("record", {})
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(record, dict) and record.get("tokenizer_id") == name:
+                out.append(manifest.parent)
+    return [p / "tokenizer.json" for p in out if (p / "tokenizer.json").is_file()]
+
+
+def default_decoder_factory(run_dir: Path, tokenizer: Path | None = None) -> DecoderFactory:
+    """Decoders by tokenizer id; ``tokenizer`` (``xconf report --tokenizer``) wins."""
     cache: dict[str, TokenDecoder | None] = {}
+    forced = None
+    if tokenizer is not None:
+        forced = next(
+            (d for d in map(load_decoder, _candidates(str(tokenizer), run_dir)) if d), None
+        )
 
     def factory(identity: Mapping[str, Any]) -> TokenDecoder | None:
+        if forced is not None:
+            return forced
         name = tokenizer_id(identity)
         if not name:
             return None
         if name not in cache:
-            cache[name] = next(
-                (d for d in map(load_decoder, _candidates(name, run_dir)) if d), None
-            )
+            files = _candidates(name, run_dir) + _recorded_dirs(identity, name)
+            cache[name] = next((d for d in map(load_decoder, files) if d), None)
         return cache[name]
 
     return factory

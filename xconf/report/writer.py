@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from xconf.report.errors import ReportError
 from xconf.report.model import ReportData
 from xconf.report.tokens import DecoderFactory
 
-FORMATS = ("html", "json")
+FORMATS = ("html", "json", "csv")
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,10 @@ def render(data: ReportData, fmt: str) -> str:
     """The report as text in ``fmt`` (``html`` or ``json``)."""
     if fmt == "json":
         return json.dumps(data.to_json_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    if fmt == "csv":
+        from xconf.report.csv_table import render_csv
+
+        return render_csv(data)
     if fmt == "html":
         from xconf.report.html import render_html
 
@@ -40,21 +43,21 @@ def default_output(run_dir: str | os.PathLike[str], fmt: str) -> Path:
 
 
 def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` atomically through the one writer (``safe_io.write_file``).
+
+    The directory is opened once without following its last component and the report is
+    linked in relative to that descriptor: a directory swapped for a symlink, or a symlink
+    planted at ``report.html``, never redirects the write.
+    """
+    from xconf.artifacts.safe_io import write_file
+    from xconf.errors import ArtifactError
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is meant to be shared
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
+        write_file(path, text.encode("utf-8"))
+    except ArtifactError as exc:
         raise ReportError(
-            "report.write_failed", f"cannot write the report: {exc}", str(path)
-        ) from exc
+            "report.write_failed", f"cannot write the report: {exc.message}", str(path)
+        ) from None
 
 
 def write_report(

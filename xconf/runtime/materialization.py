@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
 from xconf.knobs import KNOBS, KnobValue
 from xconf.runtime.protocol import KnobApplication, RuntimeBinding, SideBinding
-from xconf.schema import canonical_digest
 from xconf.semantic_registry import OperatorBinding
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})

@@ -55,7 +55,23 @@ def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
         return planned_application(
             path, side, value, value, "applied", "frozen samples chunked into requests of this size"
         )
-    return planned_application(path, side, value, value, "applied", "set at engine construction")
+    if path in _CONSTRUCTION_KNOBS:
+        return planned_application(
+            path, side, value, value, "applied", "set at engine construction"
+        )
+    # A knob this runtime has no code for is never reported as applied.
+    return unsupported_application(path, side, value, f"the cpu-smoke runtime has no {path}")
+
+
+# Knobs the synthetic engines take at construction (see build_engine).
+_CONSTRUCTION_KNOBS = frozenset(
+    {
+        "rollout.dtype",
+        "rollout.enable_prefix_caching",
+        "rollout.enforce_eager",
+        "training.compute_dtype",
+    }
+)
 
 
 class CpuSmokeRuntime:

@@ -13,11 +13,12 @@ from xconf.adapters.cpu_smoke.model import (
     build_model,
 )
 from xconf.errors import XconfError
+from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 from xconf.schema import Identity
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 PREFIX_BLOCK = 4  # tokens per cached prefix block
 

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
+from xconf.knobs import DTYPES, KnobValueError, canonical
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
-COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
-SHARDINGS = ("unsharded", "fsdp2")
-_SHARDING_ALIASES = {
-    "none": "unsharded",
-    "unsharded": "unsharded",
-    "fsdp": "fsdp2",
-    "fsdp2": "fsdp2",
-}
 
 
 def normalize_sharding(value: str) -> str:
-    key = str(value).strip().lower()
-    if key not in _SHARDING_ALIASES:
-        raise UnsupportedKnobError(
-            "unsupported_value",
-            f"sharding {value!r} not in {sorted(_SHARDING_ALIASES)}",
-            "training.sharding",
-        )
-    return _SHARDING_ALIASES[key]
+    """The canonical sharding (``unsharded`` or ``fsdp``) of any accepted spelling."""
+    try:
+        return str(canonical("training.sharding", value))
+    except KnobValueError as exc:
+        raise UnsupportedKnobError("unsupported_value", str(exc), "training.sharding") from exc
 
 
 @dataclass(frozen=True)
@@ -40,6 +29,12 @@ class TrainingScorerConfig:
     compute_dtype: str = "float32"
     sharding: str = "unsharded"
     device: str = "cpu"
+    # FSDP2 MixedPrecisionPolicy (``none``: no policy); only an FSDP2 model takes one.
+    param_dtype: str = "none"
+    reduce_dtype: str = "none"
+    # Score each request as one packed row (per-sample positions, no padding, no mask).
+    remove_padding: bool = False
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -54,17 +49,28 @@ class TrainingScorerConfig:
                 "flash_attention_2 needs CUDA; this scorer runs on CPU",
                 "training.attention_backend",
             )
-        if self.compute_dtype not in COMPUTE_DTYPES:
+        if self.compute_dtype not in DTYPES:
             raise UnsupportedKnobError(
                 "unsupported_value",
-                f"compute dtype {self.compute_dtype!r} not in {COMPUTE_DTYPES}",
+                f"compute dtype {self.compute_dtype!r} not in {DTYPES}",
                 "training.compute_dtype",
             )
-        normalize_sharding(self.sharding)
+        sharding = normalize_sharding(self.sharding)
+        for name in ("param_dtype", "reduce_dtype"):
+            value = getattr(self, name)
+            if value != "none" and value not in DTYPES:
+                raise UnsupportedKnobError(
+                    "unsupported_value", f"{name} {value!r} not in {DTYPES}", f"training.{name}"
+                )
+            if value != "none" and sharding != "fsdp":
+                raise UnsupportedKnobError(
+                    "unsupported_value",
+                    f"{name}={value} is an FSDP2 MixedPrecisionPolicy; the model is unsharded",
+                    f"training.{name}",
+                )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:
@@ -79,7 +85,11 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
         ) from exc
     dtype = getattr(torch, cfg.compute_dtype)
     model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_path, dtype=dtype, attn_implementation=cfg.attention_backend
+        cfg.model_path,
+        dtype=dtype,
+        attn_implementation=cfg.attention_backend,
+        use_safetensors=True,  # never unpickle a checkpoint
+        trust_remote_code=cfg.trust_remote_code,
     )
     model.to(cfg.device)  # type: ignore[arg-type]
     return model
@@ -97,27 +107,53 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(layers)
 
 
-def apply_fsdp2(model: Any, device: str = "cpu") -> dict[str, Any]:
-    """``fully_shard`` every decoder layer and the root over the initialised world."""
+def mixed_precision(param_dtype: str, reduce_dtype: str) -> Any:
+    """The FSDP2 policy for two knob values (``none``: FSDP2's default for that field)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    def as_dtype(name: str) -> Any:
+        return None if name == "none" else getattr(torch, name)
+
+    return MixedPrecisionPolicy(
+        param_dtype=as_dtype(param_dtype), reduce_dtype=as_dtype(reduce_dtype)
+    )
+
+
+def apply_fsdp2(
+    model: Any, device: str = "cpu", group: Any = None, mp_policy: Any = None
+) -> dict[str, Any]:
+    """``fully_shard`` every decoder layer and the root over ``group`` (None: the world).
+
+    ``group`` is the training side's sub-group of a larger launched world: the FSDP degree
+    is set by the training knobs, never by how many ranks the rollout side needed.
+    """
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
         raise UnsupportedKnobError(
             "process_group_missing",
-            "fsdp2 needs torch.distributed initialised by the launcher (torchrun, gloo)",
+            "fsdp needs torch.distributed initialised by the launcher (torchrun, gloo)",
             "training.sharding",
         )
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    world = dist.get_world_size()
-    mesh = init_device_mesh(device, (world,))
+    if group is None:
+        world = dist.get_world_size()
+        mesh = init_device_mesh(device, (world,))
+    else:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        world = dist.get_world_size(group)
+        mesh = DeviceMesh.from_group(group, device)
+    policy = {} if mp_policy is None else {"mp_policy": mp_policy}
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **policy)
     # The root too reshards after forward, so the registered parameters are the local
     # shards again when scoring ends (and the read-only digest compares like with like).
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
-    return {"world_size": world, "backend": dist.get_backend()}
+    fully_shard(model, mesh=mesh, reshard_after_forward=True, **policy)
+    return {"world_size": world, "backend": dist.get_backend(group)}
 
 
 def reshard(model: Any) -> None:
@@ -144,13 +180,39 @@ def readback(model: Any) -> dict[str, Any]:
     wrapped = [n or "<root>" for n, m in model.named_modules() if isinstance(m, FSDPModule)]
     dtensor = any(hasattr(p, "to_local") and hasattr(p, "placements") for p in params)
     root_wrapped = isinstance(model, FSDPModule)
-    sharding = "fsdp2" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
+    sharding = "fsdp" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
     return {
         "training.attention_backend": str(model.config._attn_implementation),
         "training.compute_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
         "training.sharding": sharding,
         "training.fsdp_wrapped_modules": wrapped,
-        "training.world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        **_policy_readback(model if root_wrapped else None),
+        # The ranks the parameters are really sharded over (the FSDP mesh), not the world.
+        "training.world_size": _mesh_size(params),
+        "training.launcher_world_size": dist.get_world_size() if dist.is_initialized() else 1,
         "training.device": str(params[0].device) if params else "none",
         "training.model_class": type(model).__name__,
+    }
+
+
+def _mesh_size(params: list[Any]) -> int | None:
+    """1 for plain tensors; the mesh size of DTensor parameters; None when they disagree."""
+    sizes = {int(p.device_mesh.size()) for p in params if hasattr(p, "device_mesh")}
+    if not sizes:
+        return 1
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _policy_readback(root: Any) -> dict[str, str]:
+    """The MixedPrecisionPolicy the FSDP2 root really runs with (``none`` per unset field)."""
+    if root is None:  # an unsharded model has no policy
+        return {"training.param_dtype": "none", "training.reduce_dtype": "none"}
+    policy = root._get_fsdp_state()._mp_policy
+
+    def name(dtype: Any) -> str:
+        return "none" if dtype is None else str(dtype).removeprefix("torch.")
+
+    return {
+        "training.param_dtype": name(policy.param_dtype),
+        "training.reduce_dtype": name(policy.reduce_dtype),
     }

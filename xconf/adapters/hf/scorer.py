@@ -19,6 +19,7 @@ from xconf.adapters.hf.model import (
     TrainingScorerConfig,
     apply_fsdp2,
     load_model,
+    mixed_precision,
     normalize_sharding,
     readback,
     reshard,
@@ -66,6 +67,44 @@ class TrainingScore:
     digest_after: StateDigest
     mode_restored: bool
     request_sizes: tuple[int, ...]
+    layouts: tuple[str, ...] = ()  # "padded" or "packed", per forward
+
+
+def _padded(samples: list[Any], pad_token_id: int) -> tuple[Any, Any, Any, Any, Any]:
+    """[b, W] right-padded ids, attention mask, positions; (row, column) of every scored token.
+
+    Column t of row r predicts token t + 1 of sample r (teacher forcing).
+    """
+    import torch
+
+    width = max(s.length for s in samples)
+    ids = torch.full((len(samples), width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(samples), width), dtype=torch.long)
+    pos = torch.zeros((len(samples), width), dtype=torch.long)
+    for r, s in enumerate(samples):
+        ids[r, : s.length] = torch.tensor(s.token_ids)
+        attn[r, : s.length] = 1
+        pos[r, : s.length] = torch.arange(s.length)
+    rows = torch.cat([torch.full((s.length - 1,), r) for r, s in enumerate(samples)])
+    cols = torch.cat([torch.arange(s.length - 1) for s in samples])
+    return ids, attn, pos, rows, cols
+
+
+def _packed(samples: list[Any]) -> tuple[Any, None, Any, Any, Any]:
+    """One [1, sum(len)] row of the samples back to back, positions restarting per sample.
+
+    No attention mask: transformers derives the per-sample causal blocks from the positions
+    (masking_utils.find_packed_sequence_indices), so no token attends across samples.
+    """
+    import torch
+
+    ids = torch.tensor([[t for s in samples for t in s.token_ids]], dtype=torch.long)
+    pos = torch.cat([torch.arange(s.length) for s in samples]).unsqueeze(0)
+    starts = [sum(x.length for x in samples[:r]) for r in range(len(samples))]
+    cols = torch.cat(
+        [torch.arange(st, st + s.length - 1) for st, s in zip(starts, samples, strict=True)]
+    )
+    return ids, None, pos, torch.zeros_like(cols), cols
 
 
 def teacher_forced_scores(
@@ -73,6 +112,7 @@ def teacher_forced_scores(
     batch: FrozenBatch,
     batch_size: int,
     op: SelectedLogprobOp | None = None,
+    remove_padding: bool = False,
 ) -> TrainingScore:
     """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched."""
     import torch
@@ -83,36 +123,41 @@ def teacher_forced_scores(
     modes = mode_snapshot(model)
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     sizes: list[int] = []
+    layouts: list[str] = []
     try:
         model.eval()
         with torch.no_grad():
             for chunk in batch.chunks(batch_size):
                 samples = [batch.samples[i] for i in chunk]
-                width = max(s.length for s in samples)
-                ids = torch.full((len(samples), width), batch.pad_token_id, dtype=torch.long)
-                attn = torch.zeros((len(samples), width), dtype=torch.long)
-                pos = torch.zeros((len(samples), width), dtype=torch.long)
-                active = torch.zeros((len(samples), width - 1), dtype=torch.bool)
-                for r, s in enumerate(samples):
-                    ids[r, : s.length] = torch.tensor(s.token_ids)
-                    attn[r, : s.length] = 1
-                    pos[r, : s.length] = torch.arange(s.length)
-                    active[r, len(s.prompt_ids) - 1 : s.length - 1] = True
-                sizes.append(int(ids.shape[0]))
+                if remove_padding:
+                    ids, attn, pos, rows, cols = _packed(samples)
+                else:
+                    ids, attn, pos, rows, cols = _padded(samples, batch.pad_token_id)
+                # The scored token's index inside its own sample, and whether it is a response.
+                offsets = torch.tensor(
+                    [t for s in samples for t in range(s.length - 1)], dtype=torch.long
+                )
+                prompt = torch.cat(
+                    [torch.full((s.length - 1,), len(s.prompt_ids) - 1) for s in samples]
+                )
+                active = offsets >= prompt
+                sizes.append(len(samples))
+                layouts.append("packed" if remove_padding else "padded")
                 out = model(
                     input_ids=ids.to(device),
-                    attention_mask=attn.to(device),
+                    attention_mask=None if attn is None else attn.to(device),
                     position_ids=pos.to(device),
                     use_cache=False,
                 )
-                # position t predicts token t + 1 (teacher forcing of the frozen sequence)
-                valid = attn[:, 1:].bool()
-                flat_logits = out.logits[:, :-1, :][valid.to(device)]
-                targets = ids[:, 1:][valid].to(device)
-                selected = _selected(op, flat_logits, targets, active[valid].to(device)).cpu()
-                rows, cols = valid.nonzero(as_tuple=True)
+                # column t predicts token t + 1 (teacher forcing of the frozen sequence)
+                flat_logits = out.logits[rows.to(device), cols.to(device), :]
+                targets = ids[rows, cols + 1].to(device)
+                selected = _selected(op, flat_logits, targets, active.to(device)).cpu()
+                sample_of = torch.cat(
+                    [torch.full((s.length - 1,), r) for r, s in enumerate(samples)]
+                )
                 for k in range(selected.shape[0]):
-                    per_sample[chunk[int(rows[k])]][int(cols[k])] = float(selected[k])
+                    per_sample[chunk[int(sample_of[k])]][int(offsets[k])] = float(selected[k])
     finally:
         reshard(model)
         restore_modes(model, modes)
@@ -124,13 +169,14 @@ def teacher_forced_scores(
         digest_after=after,
         mode_restored=mode_snapshot(model) == modes,
         request_sizes=tuple(sizes),
+        layouts=tuple(layouts),
     )
 
 
 class HFTrainingScorer:
     """A transformers model built for one :class:`TrainingScorerConfig`, scored read-only."""
 
-    def __init__(self, cfg: TrainingScorerConfig) -> None:
+    def __init__(self, cfg: TrainingScorerConfig, group: Any = None) -> None:
         cfg.validate()
         self.cfg = cfg
         self.model = load_model(cfg)
@@ -138,15 +184,18 @@ class HFTrainingScorer:
         self.distributed: dict[str, Any] = {}
         self.last_request_size: int | None = None
         self.request_sizes: list[int] = []
-        if self.sharding == "fsdp2":
-            self.distributed = apply_fsdp2(self.model, cfg.device)
+        self.layouts: list[str] = []
+        if self.sharding == "fsdp":
+            policy = mixed_precision(cfg.param_dtype, cfg.reduce_dtype)
+            self.distributed = apply_fsdp2(self.model, cfg.device, group, policy)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
     ) -> TrainingScore:
-        score = teacher_forced_scores(self.model, batch, batch_size, op)
+        score = teacher_forced_scores(self.model, batch, batch_size, op, self.cfg.remove_padding)
         self.last_request_size = batch_size
         self.request_sizes = list(score.request_sizes)
+        self.layouts = list(score.layouts)
         return score
 
     def readback(self) -> dict[str, Any]:
@@ -154,4 +203,7 @@ class HFTrainingScorer:
         out["training.state_digest"] = state_digest(self.model).to_dict()
         out["batch.size"] = self.last_request_size
         out["training.request_sizes"] = list(self.request_sizes)
+        # What the forwards really were: one packed row per request, or a padded batch.
+        kinds = set(self.layouts)
+        out["training.remove_padding"] = (kinds.pop() == "packed") if len(kinds) == 1 else None
         return out

@@ -12,17 +12,18 @@ standard deviation so that logits are far from uniform and drift is visible.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
+from xconf.artifacts.layout import UNBOUNDED, sha256_file
+from xconf.canonical import canonical_digest
 
 FACTORY_VERSION = "xconf-tiny-model.v1"
 MANIFEST = "xconf_model.json"
@@ -58,8 +59,7 @@ class ModelSpec:
             "tokenizer": TOKENIZER_RECIPE_VERSION,
             "spec": asdict(self),
         }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(payload)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class ModelRecord:
     eos_token_id: int
     vocab_size: int
     model_version: str
+    tokenizer_path: str | None = None  # None: the tokenizer files are in ``path``
+    local: bool = False  # a user's checkpoint directory (digest re-checked before each build)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,14 +88,6 @@ def default_cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path("~/.cache/xconf/models").expanduser()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _hf_config(spec: ModelSpec, eos_token_id: int) -> Any:
@@ -169,7 +163,7 @@ def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
     (out_dir / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
     weights = _deterministic_state_dict(spec, cfg)
     save_file(weights, str(out_dir / WEIGHTS), metadata={"format": "pt"})
-    ckpt_sha = sha256_file(out_dir / WEIGHTS)
+    ckpt_sha = sha256_file(out_dir / WEIGHTS, limit=UNBOUNDED, follow=True)
     record = ModelRecord(
         path=str(out_dir),
         arch=spec.arch,
@@ -208,11 +202,39 @@ def _load_verified(model_dir: Path, spec: ModelSpec) -> ModelRecord | None:
     tok = model_dir / "tokenizer.json"
     if not weights.is_file() or not tok.is_file():
         return None
-    if sha256_file(weights) != record.checkpoint_sha256:
+    if sha256_file(weights, limit=UNBOUNDED, follow=True) != record.checkpoint_sha256:
         return None
-    if sha256_file(tok) != record.tokenizer_sha256:
+    if sha256_file(tok, limit=UNBOUNDED, follow=True) != record.tokenizer_sha256:
         return None
     return record
+
+
+def write_checkpoint(spec: ModelSpec, directory: Path | str) -> ModelRecord:
+    """Build the tiny checkpoint into a new user directory (``xconf make-checkpoint``).
+
+    The directory must not exist or be empty; it is built beside it and renamed into
+    place, so a failure leaves nothing half-written.
+    """
+    target = Path(directory).expanduser().absolute()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ModelFactoryError(
+            "model.target_not_empty", "refusing to write into a non-empty path", str(target)
+        )
+    if not target.parent.is_dir():
+        raise ModelFactoryError(
+            "model.no_parent", "the parent directory does not exist", str(target.parent)
+        )
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    try:
+        record = _build(spec, tmp)
+        if target.exists():
+            target.rmdir()
+        os.rename(tmp, target)
+    except OSError as exc:
+        raise ModelFactoryError("model_build_failed", str(exc), str(target)) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return replace(record, path=str(target))
 
 
 def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = None) -> ModelRecord:

@@ -16,6 +16,14 @@ from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 EOS_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN, "<|im_start|>", "<|im_end|>")
 TOKENIZER_RECIPE_VERSION = "xconf-bpe.v1"
+# ChatML, as Qwen3 uses it (its two markers are special tokens above), so that dataset rows
+# with chat messages render on the tiny models exactly as on a real one.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 _BASE_TEXT = """\
 The rollout engine samples tokens and reports their log probabilities.
@@ -149,6 +157,7 @@ def train_tokenizer(vocab_size: int, out_dir: Path, model_max_length: int) -> To
         "clean_up_tokenization_spaces": False,
         "add_bos_token": False,
         "add_eos_token": False,
+        "chat_template": CHAT_TEMPLATE,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, sort_keys=True))
     special_map = {"eos_token": EOS_TOKEN, "pad_token": EOS_TOKEN}

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
-from xconf.knobs import KNOBS, KnobValue
+from xconf.adapters.real.extended import EXTENDED as _EXTENDED
+from xconf.adapters.real.extended import rollout_extended, training_extended
+from xconf.adapters.real.placement import (
+    launched_world_size,
+    process_group_context,
+    rollout_executor,
+)
+from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
@@ -35,18 +42,15 @@ if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
-
-
-def _process_group() -> tuple[tuple[str, Any], ...]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return (
-            ("backend", str(dist.get_backend())),
-            ("rank", dist.get_rank()),
-            ("world_size", dist.get_world_size()),
-        )
-    return (("backend", "none"), ("rank", 0), ("world_size", 1))
+# Knobs passed to the engines' constructors as they are (see _build_engine).
+_CONSTRUCTION_KNOBS = frozenset(
+    {
+        "rollout.dtype",
+        "rollout.enable_prefix_caching",
+        "rollout.enforce_eager",
+        "training.compute_dtype",
+    }
+)
 
 
 class VllmHfRuntime:
@@ -66,10 +70,21 @@ class VllmHfRuntime:
         max_model_len: int = 256,
         seed: int = 0,
         in_process: bool = True,
+        tokenizer: Mapping[str, Any] | None = None,
+        trust_remote_code: bool = False,
+        **unknown: Any,
     ) -> None:
+        from xconf.adapters.real.model_options import parse_model_options, reject_unknown
+
+        reject_unknown(unknown)  # e.g. +runtime.model_path=...: a coded error, not a TypeError
         self.device = device
-        self.default_model = dict(model or {})
+        self.model_options = parse_model_options(model, tokenizer, trust_remote_code)
         self.model_cache = model_cache
+        # A user checkpoint is checked (and digested once) now: a bad directory is a coded
+        # error before anything is written.
+        self._local_record = (
+            self.model_options.record({}, model_cache) if self.model_options.local else None
+        )
         self.engine_options: dict[str, Any] = {
             "kv_cache_memory_bytes": int(kv_cache_memory_bytes),
             "max_model_len": int(max_model_len),
@@ -85,14 +100,17 @@ class VllmHfRuntime:
         from xconf.adapters.real.identity import freeze
 
         options = dict(self.engine_options)
-        if _world_size() > 1:  # under a launcher: the baseline engine core gets its own process
+        if (
+            launched_world_size() > 1
+        ):  # under a launcher: the baseline engine core gets its own process
             options["in_process"] = False
         started = time.perf_counter()
         frozen, self._record = freeze(
             identity,
-            default_model=self.default_model,
+            model=self.model_options,
             cache_dir=self.model_cache,
             engine_options=options,
+            local_record=self._local_record,
         )
         self.timings["freeze_s"] += time.perf_counter() - started
         return frozen
@@ -106,8 +124,17 @@ class VllmHfRuntime:
         return self._record
 
     # -- materialization (pure) ---------------------------------------------------------------
-    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+    def _materialize(
+        self,
+        path: str,
+        side: Side,
+        value: KnobValue,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> KnobApplication:
+        """``knobs``: the case's other knob values (a mixed-precision policy needs FSDP2)."""
         spec = self.record
+        if path in _EXTENDED:
+            return _EXTENDED[path](self.device, path, side, value, knobs or {})
         if path == "batch.size":
             return planned_application(
                 path,
@@ -120,7 +147,7 @@ class VllmHfRuntime:
         if path == "rollout.tensor_parallel_size":
             heads = _heads(spec)
             cores = os.cpu_count() or 1
-            world = _world_size()
+            world = launched_world_size()
             if any(h % int(value) for h in heads):
                 return unsupported_application(
                     path, side, value, f"{heads} heads do not split over TP={value}"
@@ -137,7 +164,7 @@ class VllmHfRuntime:
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
             return planned_application(
-                path, side, value, value, "applied", _rollout_executor(int(value), world)[2]
+                path, side, value, value, "applied", rollout_executor(int(value), world)[2]
             )
         if path == "rollout.context_parallel_size":
             if value == 1:
@@ -159,13 +186,15 @@ class VllmHfRuntime:
                 return planned_application(
                     path, side, value, value, "applied", "one unsharded module"
                 )
-            world = dict(_process_group())["world_size"]
-            if world < 2:
+            world = launched_world_size()
+            degree = side_worlds({path: value}).training
+            if world < degree:
                 return unsupported_application(
                     path,
                     side,
                     value,
-                    "FSDP needs a process group of 2+ ranks (run under the torchrun launcher)",
+                    f"FSDP needs a process group of {degree} ranks, the launched world has "
+                    f"{world} (run under the torchrun launcher)",
                 )
             return planned_application(
                 path,
@@ -173,10 +202,16 @@ class VllmHfRuntime:
                 value,
                 value,
                 "applied",
-                f"FSDP2 fully_shard per decoder layer over {world} ranks",
+                f"FSDP2 fully_shard per decoder layer over ranks 0..{degree - 1} "
+                f"of the {world}-rank launched world",
             )
-        return planned_application(
-            path, side, value, value, "applied", "set at engine construction"
+        if path in _CONSTRUCTION_KNOBS:
+            return planned_application(
+                path, side, value, value, "applied", "set at engine construction"
+            )
+        # A knob this runtime has no code for is never reported as applied.
+        return unsupported_application(
+            path, side, value, f"the {self.runtime_kind} runtime has no {path}"
         )
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
@@ -184,14 +219,14 @@ class VllmHfRuntime:
         sides: dict[Side, SideBinding] = {}
         for side in ("rollout", "training"):
             applications = tuple(
-                self._materialize(path, side, value)
+                self._materialize(path, side, value, knobs)
                 for path, value in sorted(knobs.items())
                 if path != "logp.backend" and KNOBS[path].side in (side, "both")
             )
             if side == "rollout":
                 tp = int(knobs["rollout.tensor_parallel_size"])
-                world, rank = _world_size(), dict(_process_group())["rank"]
-                executor, in_process, _ = _rollout_executor(tp, world)
+                world, rank = launched_world_size(), dict(process_group_context())["rank"]
+                executor, in_process, _ = rollout_executor(tp, world)
                 backend = {"external_launcher": "vllm-external-launcher"}.get(
                     executor,
                     "vllm-in-process"
@@ -206,7 +241,16 @@ class VllmHfRuntime:
                 )
                 dtype = knobs["rollout.dtype"]
             else:
-                context, dtype = _process_group(), knobs["training.compute_dtype"]
+                # The training group is fixed by the training knobs alone: a rollout TP case
+                # launches more ranks, never a wider FSDP group.
+                pg = dict(process_group_context())
+                context = (
+                    ("backend", pg["backend"]),
+                    ("rank", pg["rank"]),
+                    ("world_size", side_worlds(knobs).training),
+                    ("launcher_world_size", pg["world_size"]),
+                )
+                dtype = knobs["training.compute_dtype"]
             sides[side] = SideBinding(side, applications, str(dtype), context)
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -227,23 +271,40 @@ class VllmHfRuntime:
         finally:
             self.timings["construction_s"] += time.perf_counter() - started
 
+    def check_inputs(self, identity: Identity) -> None:
+        """Everything checkable before a run writes anything: recipe keys, dataset rows."""
+        from xconf.adapters.real.identity import check_recipe
+
+        check_recipe(
+            identity,
+            self.model_options,
+            self.model_cache,
+            self._local_record,
+            int(self.engine_options["max_model_len"]),
+        )
+
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        from xconf.adapters.models import verify_unchanged
+
+        # Engines load weights now: a checkpoint replaced since the freeze is another model.
+        verify_unchanged(self.record, self.model_cache)
         values = {k.path: k.materialized for k in binding.knobs}
         path = self.record.path
+        trust = self.model_options.trust_remote_code
         if binding.side == "rollout":
             from xconf.adapters.real.engines import VllmRolloutSide
             from xconf.adapters.vllm.engine import RolloutEngineConfig
 
             native = case.operator("rollout").runtime_native
             tp = int(values["rollout.tensor_parallel_size"] or 1)
-            executor, in_process, _ = _rollout_executor(tp, _world_size())
+            executor, in_process, _ = rollout_executor(tp, launched_world_size())
             options = {
                 **self.engine_options,
                 "in_process": in_process and self.engine_options["in_process"],
             }
             if executor == "external_launcher":
                 options["in_process"] = True
-            cfg = RolloutEngineConfig(
+            rollout_cfg = RolloutEngineConfig(
                 model_path=path,
                 dtype=binding.dtype,
                 enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
@@ -251,21 +312,34 @@ class VllmHfRuntime:
                 tensor_parallel_size=tp,
                 logprobs_mode="raw_logprobs" if native else "raw_logits",
                 executor=executor,
+                **rollout_extended(values),
+                tokenizer_path=self.record.tokenizer_path,
+                trust_remote_code=trust,
                 **options,
             )
-            return VllmRolloutSide(cfg)
-        from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.real.engines import HfTrainingSide
+            if executor == "external_launcher":  # one TP rank on every launched rank
+                return VllmRolloutSide(rollout_cfg)
+            from xconf.adapters.real.engines import OnSideRanks
+            from xconf.runtime.ranks import side_group
 
-        return HfTrainingSide(
-            TrainingScorerConfig(
-                model_path=path,
-                attention_backend=str(values["training.attention_backend"]),
-                compute_dtype=binding.dtype,
-                sharding=str(values["training.sharding"]),
-                device=self.device,
-            )
+            # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
+            # world is the training side's, and its other ranks receive rank 0's score.
+            return OnSideRanks(lambda _group: VllmRolloutSide(rollout_cfg), side_group(1))
+        from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
+
+        cfg = TrainingScorerConfig(
+            model_path=path,
+            attention_backend=str(values["training.attention_backend"]),
+            compute_dtype=binding.dtype,
+            sharding=str(values["training.sharding"]),
+            device=self.device,
+            trust_remote_code=trust,
+            **training_extended(values),
         )
+        world = int(dict(binding.distributed_context)["world_size"])
+        return OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(world))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -291,6 +365,11 @@ class _Timed:
         self._engine = engine
         self._timings = timings
 
+    @property
+    def wrapped(self) -> Engine:
+        """The engine itself (``xconf localize`` hooks the module inside it)."""
+        return self._engine
+
     def readback(self) -> Mapping[str, KnobValue | None]:
         return self._engine.readback()
 
@@ -309,29 +388,6 @@ class _Timed:
 
     def close(self) -> None:
         self._engine.close()
-
-
-def _world_size() -> int:
-    return int(dict(_process_group())["world_size"])
-
-
-def _rollout_executor(tp: int, world: int) -> tuple[str, bool, str]:
-    """(executor, engine core in-process?, evidence) for a rollout TP inside a launcher world."""
-    if world > 1 and tp == world:
-        return (
-            "external_launcher",
-            True,
-            f"vLLM external_launcher: one TP rank per launcher rank ({world})",
-        )
-    if world > 1:
-        return (
-            "auto",
-            False,
-            f"engine core in its own process on each of the {world} launcher ranks",
-        )
-    if tp == 1:
-        return "auto", True, "in-process engine"
-    return "auto", True, "multiprocess executor, one worker per TP rank"
 
 
 def _heads(record: ModelRecord) -> tuple[int, int]:

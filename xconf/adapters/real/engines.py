@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from xconf.adapters.errors import IdentityViolationError
+from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
+from xconf.runtime.ranks import SideGroup, from_rank0
 from xconf.schema import Identity
 
 
@@ -98,11 +99,15 @@ class VllmRolloutSide:
         workers = live.get("rollout.workers") or []
         tp = {w["tp_world_size"] for w in workers}
         dtypes = {d for w in workers for d in w["param_dtypes"]}
+        kv = {d for w in workers for d in w["kv_cache_dtypes"]}
+        invariant = {w["batch_invariant"] for w in workers}
         out = {
             **live,
             # Worker-observed values take precedence over the resolved config.
             "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
             "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
+            "rollout.kv_cache_dtype": kv.pop() if len(kv) == 1 else None,
+            "rollout.batch_invariant": invariant.pop() if len(invariant) == 1 else None,
             "rollout.worker_state": repr(workers),
             "rollout.request_sizes": repr(live.get("rollout.request_sizes")),
         }
@@ -112,13 +117,51 @@ class VllmRolloutSide:
         self.engine.close()
 
 
+class OnSideRanks:
+    """An engine that lives only on its side's ranks (``0 .. size - 1`` of the launched world).
+
+    ``build(group)`` constructs the real engine on member ranks (``group`` is the side's
+    sub-group, None for the whole world). The ranks outside the side build nothing and
+    receive rank 0's score and readback, so every rank reaches the same verdict without
+    joining the side's collectives.
+    """
+
+    def __init__(self, build: Callable[[Any], Any], side: SideGroup) -> None:
+        self.side = side
+        self.engine: Any = build(side.group) if side.member else None
+
+    def score(
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> SideScore:
+        score = self.engine.score(inputs, identity, batch_size, operator) if self.engine else None
+        if self.side.is_sub_group:
+            score = from_rank0(score)
+        if score is None:  # pragma: no cover - rank 0 is a member of every side group
+            raise ScoringError("runtime.no_score", "no member rank scored", "launcher")
+        return score  # type: ignore[no-any-return]
+
+    def readback(self) -> Mapping[str, KnobValue | None]:
+        live = self.engine.readback() if self.engine else None
+        if self.side.is_sub_group:
+            live = from_rank0(live)
+        return live or {}
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+
 class HfTrainingSide:
     """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, group: Any = None) -> None:
         from xconf.adapters.hf.scorer import HFTrainingScorer
 
-        self.scorer = HFTrainingScorer(cfg)
+        self.scorer = HFTrainingScorer(cfg, group)
 
     def score(
         self,
@@ -141,8 +184,6 @@ class HfTrainingSide:
 
     def readback(self) -> Mapping[str, KnobValue | None]:
         live = dict(self.scorer.readback())
-        if live.get("training.sharding") == "fsdp2":
-            live["training.sharding"] = "fsdp"
         dtype = live.get("training.compute_dtype")
         if not isinstance(dtype, str):
             live["training.compute_dtype"] = None  # mixed dtypes: not one observable value

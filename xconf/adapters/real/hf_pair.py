@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime, _process_group
+from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime
+from xconf.adapters.real.placement import process_group_context
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import (
     Engine,
@@ -35,6 +36,10 @@ _ONLY = {
     "rollout.enforce_eager": (True, "the reference scorer has no graph/compiled mode"),
     "rollout.tensor_parallel_size": (1, "vocab-parallel TP needs the vocab-parallel operator"),
     "rollout.context_parallel_size": (1, "no context parallelism in the reference scorer"),
+    "rollout.kv_cache_dtype": ("auto", "a teacher-forced reference pass has no KV cache"),
+    "rollout.enable_chunked_prefill": (False, "the reference scores each request in one pass"),
+    "rollout.max_num_batched_tokens": (None, "the reference scorer has no scheduler budget"),
+    "rollout.batch_invariant": (False, "the reference scorer has no batch-invariant mode"),
 }
 
 
@@ -42,9 +47,16 @@ class HfReferenceSide:
     """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
 
     def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.real.engines import HfTrainingSide
+        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.runtime.ranks import side_group
 
-        self._inner = HfTrainingSide(cfg)
+        # One unsharded reference on rank 0; the other launched ranks receive its score.
+        self._inner = OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(1))
+
+    @property
+    def wrapped(self) -> Any:
+        """The transformers scorer underneath (``xconf localize`` hooks its module)."""
+        return self._inner
 
     def score(
         self,
@@ -64,6 +76,10 @@ class HfReferenceSide:
             "rollout.enforce_eager": True,
             "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
             "rollout.context_parallel_size": 1,
+            "rollout.world_size": live.get("training.world_size"),
+            "rollout.kv_cache_dtype": "auto",
+            "rollout.enable_chunked_prefill": False,
+            "rollout.batch_invariant": False,
             "batch.size": live.get("batch.size"),
             "rollout.attention_backend": live.get("training.attention_backend"),
         }
@@ -78,7 +94,13 @@ class HfPairRuntime(VllmHfRuntime):
     runtime_kind = "hf-pair"
     max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 2, "training": 2}
 
-    def _materialize(self, path: str, side: Side, value: KnobValue) -> KnobApplication:
+    def _materialize(
+        self,
+        path: str,
+        side: Side,
+        value: KnobValue,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> KnobApplication:
         if path in _ONLY:
             allowed, why = _ONLY[path]
             if value == allowed:
@@ -90,7 +112,10 @@ class HfPairRuntime(VllmHfRuntime):
             return planned_application(
                 path, side, value, value, "applied", "reference scorer compute dtype"
             )
-        return super()._materialize(path, side, value)
+        if side == "rollout" and path.startswith("rollout."):
+            # The rollout side is the reference scorer, never vLLM: no other rollout knob.
+            return unsupported_application(path, side, value, "not a reference-scorer setting")
+        return super()._materialize(path, side, value, knobs)
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         binding = super().bind(case, identity)
@@ -98,7 +123,11 @@ class HfPairRuntime(VllmHfRuntime):
             "rollout",
             binding.rollout.knobs,
             binding.rollout.dtype,
-            (("backend", "none"), ("rank", dict(_process_group())["rank"]), ("world_size", 1)),
+            (
+                ("backend", "none"),
+                ("rank", dict(process_group_context())["rank"]),
+                ("world_size", 1),
+            ),
         )
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -115,7 +144,9 @@ class HfPairRuntime(VllmHfRuntime):
         if binding.side == "training":
             return super()._build_engine(binding, case)
         from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.models import verify_unchanged
 
+        verify_unchanged(self.record, self.model_cache)
         return HfReferenceSide(
             TrainingScorerConfig(
                 model_path=self.record.path,
@@ -123,5 +154,6 @@ class HfPairRuntime(VllmHfRuntime):
                 compute_dtype=binding.dtype,
                 sharding="unsharded",
                 device=self.device,
+                trust_remote_code=self.model_options.trust_remote_code,
             )
         )

@@ -10,11 +10,10 @@ to the checkpoint, keyed by the recipe and checkpoint digests, so later runs reu
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xconf.adapters.errors import IdentityViolationError
 from xconf.adapters.frozen import (
@@ -23,12 +22,24 @@ from xconf.adapters.frozen import (
     FrozenSample,
     build_identity,
 )
-from xconf.adapters.models import ModelRecord, ModelSpec, ensure_model
-from xconf.schema import Identity, canonical_digest
+from xconf.adapters.models import ModelRecord, ModelSpec, default_cache_dir
+from xconf.adapters.real.dataset import (
+    DatasetOptions,
+    generate_from_ids,
+    load_prompt_ids,
+    load_tokenizer,
+    parse_dataset,
+)
+from xconf.artifacts.safe_io import write_file
+from xconf.canonical import canonical_digest
+from xconf.schema import Identity
+
+if TYPE_CHECKING:
+    from xconf.adapters.real.model_options import ModelOptions
 
 RECIPE_KIND = "vllm_baseline_rollout"
 _RECIPE_KEYS = frozenset(
-    {"kind", "model", "prompts", "response_len", "seed", "temperature", "dtype"}
+    {"kind", "model", "prompts", "response_len", "seed", "temperature", "dtype", "dataset"}
 )
 
 
@@ -58,7 +69,7 @@ def parse_recipe(identity: Identity) -> dict[str, Any]:
         raise IdentityViolationError(
             "config.invalid_value", f"recipe kind must be '{RECIPE_KIND}'", "identity.recipe.kind"
         )
-    return {
+    parsed: dict[str, Any] = {
         "kind": RECIPE_KIND,
         "model": dict(recipe.get("model") or {}),
         "prompts": list(recipe.get("prompts") or DEFAULT_PROMPTS),
@@ -67,10 +78,26 @@ def parse_recipe(identity: Identity) -> dict[str, Any]:
         "temperature": float(recipe.get("temperature", 1.0)),
         "dtype": str(recipe.get("dtype", "float32")),
     }
+    dataset = parse_dataset(recipe.get("dataset"), parsed)
+    if dataset is not None:
+        # The dataset replaces the inline prompts; its digest keys the frozen tokens.
+        parsed["prompts"] = []
+        parsed["dataset"] = dataset.to_dict()
+    return parsed
+
+
+def _dataset(recipe: Mapping[str, Any]) -> DatasetOptions | None:
+    node = recipe.get("dataset")
+    return DatasetOptions(**node) if node else None
 
 
 def check_declared(identity: Identity, record: ModelRecord) -> None:
-    """A declared content digest or tokenizer id must match what was built."""
+    """A declared content digest or tokenizer id must match what was built.
+
+    For a user's checkpoint (``runtime.model.path``) only ``sha256:`` declarations are
+    checked: the experiment's names describe the tiny model it ships with, and the frozen
+    identity records the user checkpoint's own digests.
+    """
     declared = identity.checkpoint_id
     actual = f"sha256:{record.checkpoint_sha256}"
     if declared.startswith("sha256:") and declared != actual:
@@ -79,7 +106,10 @@ def check_declared(identity: Identity, record: ModelRecord) -> None:
             f"identity declares {declared[:23]}…, the built checkpoint is {actual[:23]}…",
             "identity.checkpoint_id",
         )
-    if not record.tokenizer_id.startswith(identity.tokenizer_id):
+    declared_tok = identity.tokenizer_id
+    if record.local and not declared_tok.startswith("sha256:"):
+        return
+    if not record.tokenizer_id.startswith(declared_tok):
         raise IdentityViolationError(
             "identity.tokenizer_mismatch",
             f"identity declares tokenizer '{identity.tokenizer_id}', built '{record.tokenizer_id}'",
@@ -87,9 +117,32 @@ def check_declared(identity: Identity, record: ModelRecord) -> None:
         )
 
 
-def _cache_file(record: ModelRecord, recipe: Mapping[str, Any]) -> Path:
+def _cache_file(record: ModelRecord, recipe: Mapping[str, Any], cache_dir: str | None) -> Path:
     key = canonical_digest({"recipe": dict(recipe), "checkpoint": record.checkpoint_sha256})
-    return Path(record.path) / "frozen" / f"{key[:24]}.json"
+    # Never write into a user's checkpoint directory: its frozen tokens live in the cache.
+    root = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "frozen"
+    return (root if record.local else Path(record.path) / "frozen") / f"{key[:24]}.json"
+
+
+def _tokenizer_dir(record: ModelRecord) -> str:
+    return record.tokenizer_path or record.path
+
+
+def check_recipe(
+    identity: Identity,
+    model: ModelOptions,
+    cache_dir: str | None,
+    local_record: ModelRecord | None,
+    max_model_len: int,
+) -> None:
+    """Parse the recipe and every dataset row now, before a run writes anything."""
+    recipe = parse_recipe(identity)
+    dataset = _dataset(recipe)
+    if dataset is None:
+        return
+    record = local_record or model.record(recipe.get("model") or {}, cache_dir)
+    tok = load_tokenizer(_tokenizer_dir(record), model.trust_remote_code)
+    load_prompt_ids(dataset, tok, record.vocab_size, max_model_len)
 
 
 def _load_cached(path: Path) -> FrozenBatch | None:
@@ -105,47 +158,64 @@ def _load_cached(path: Path) -> FrozenBatch | None:
 
 
 def _store(path: Path, batch: FrozenBatch) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "prompt_ids": [list(s.prompt_ids) for s in batch.samples],
         "response_ids": [list(s.response_ids) for s in batch.samples],
         "pad_token_id": batch.pad_token_id,
     }
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)
+    write_file(path, json.dumps(doc).encode())
 
 
 def freeze(
     identity: Identity,
     *,
-    default_model: Mapping[str, Any] | None,
+    model: ModelOptions,
     cache_dir: str | None,
     engine_options: Mapping[str, Any],
+    local_record: ModelRecord | None = None,
 ) -> tuple[Identity, ModelRecord]:
     """The frozen identity and the checkpoint it names (a frozen identity is only checked)."""
     recipe = parse_recipe(identity)
-    spec = model_spec({**dict(default_model or {}), **dict(recipe.get("model") or {})})
-    record = ensure_model(spec, cache_dir)
+    record = local_record or model.record(recipe.get("model") or {}, cache_dir)
     check_declared(identity, record)
     if not recipe:
         FrozenBatch.from_identity(identity)  # validates the layout the scorers need
         return identity, record
-    cache = _cache_file(record, recipe)
+    if record.local:
+        # The tiny-model spec does not apply; where the tokenizer is lets the report show text.
+        recipe = {
+            **recipe,
+            "model": {"checkpoint": "local"},
+            "tokenizer_path": record.tokenizer_path or record.path,
+        }
+    cache = _cache_file(record, recipe, cache_dir)
     batch = _load_cached(cache)
     if batch is None:
         from xconf.adapters.vllm.engine import RolloutEngineConfig, VllmRolloutEngine
         from xconf.adapters.vllm.scorer import generate_responses
 
-        cfg = RolloutEngineConfig(model_path=record.path, dtype=recipe["dtype"], **engine_options)
+        cfg = RolloutEngineConfig(
+            model_path=record.path,
+            dtype=recipe["dtype"],
+            tokenizer_path=record.tokenizer_path,
+            trust_remote_code=model.trust_remote_code,
+            **engine_options,
+        )
+        dataset = _dataset(recipe)
         with VllmRolloutEngine(cfg) as engine:
-            batch = generate_responses(
-                engine,
-                recipe["prompts"],
-                response_len=recipe["response_len"],
-                seed=recipe["seed"],
-                temperature=recipe["temperature"],
-            )
+            if dataset is not None:
+                prompts = load_prompt_ids(
+                    dataset, engine.tokenizer, record.vocab_size, cfg.max_model_len
+                )
+                batch = generate_from_ids(engine, prompts, dataset)
+            else:
+                batch = generate_responses(
+                    engine,
+                    recipe["prompts"],
+                    response_len=recipe["response_len"],
+                    seed=recipe["seed"],
+                    temperature=recipe["temperature"],
+                )
         _store(cache, batch)
     frozen = build_identity(
         batch,

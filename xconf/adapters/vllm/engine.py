@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import json
 import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+from xconf.canonical import canonical_digest
+from xconf.knobs import DTYPES
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
-_DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_KV_CACHE_BYTES = 64 << 20
 # vLLM's in-process EngineCore.shutdown() tears down this process's torch.distributed and
 # model-parallel state (cleanup_dist_env_and_memory), which every engine whose core runs in
@@ -48,11 +47,18 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
+    # Extended knobs (issue #16); None leaves the engine's own default in place.
+    kv_cache_dtype: str = "auto"
+    enable_chunked_prefill: bool | None = None
+    max_num_batched_tokens: int | None = None
+    batch_invariant: bool = False
+    tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
+    trust_remote_code: bool = False
 
     def validate(self) -> None:
-        if self.dtype not in _DTYPES:
+        if self.dtype not in DTYPES:
             raise UnsupportedKnobError(
-                "unsupported_value", f"dtype {self.dtype!r} not in {_DTYPES}", "rollout.dtype"
+                "unsupported_value", f"dtype {self.dtype!r} not in {DTYPES}", "rollout.dtype"
             )
         if self.tensor_parallel_size < 1:
             raise UnsupportedKnobError(
@@ -82,8 +88,7 @@ class RolloutEngineConfig:
             )
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_digest(asdict(self))
 
 
 def _worker_state(worker: Any) -> dict[str, Any]:
@@ -96,7 +101,24 @@ def _worker_state(worker: Any) -> dict[str, Any]:
     from vllm.distributed import parallel_state
 
     tp_world = parallel_state.get_tensor_model_parallel_world_size()
+    forward_context = worker.model_runner.vllm_config.compilation_config.static_forward_context
+    kv_dtypes = sorted(
+        {str(getattr(layer, "kv_cache_dtype", None)) for layer in forward_context.values()}
+        - {"None"}
+    )
+    import vllm.envs as vllm_envs
+    from vllm.model_executor.determinism import batch_invariant
+
     return {
+        # What this worker's attention layers were built with, and whether the batch-invariant
+        # aten overrides are installed in this process.
+        "kv_cache_dtypes": kv_dtypes,
+        "kv_cache_tensor_dtypes": sorted(
+            {str(t.dtype) for t in getattr(worker.model_runner, "kv_caches", [])}
+        ),
+        "batch_invariant": bool(
+            vllm_envs.VLLM_BATCH_INVARIANT and batch_invariant._batch_invariant_MODE
+        ),
         "rank": rank,
         "tp_world_size": tp_world,
         "param_dtypes": dtypes,
@@ -113,6 +135,9 @@ def _configure_env(cfg: RolloutEngineConfig) -> None:
     except (ImportError, AttributeError, AssertionError):
         pass
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
+    # Read by the worker at start-up (init_batch_invariance); set either way so that a
+    # previous engine's value never leaks into this one.
+    os.environ["VLLM_BATCH_INVARIANT"] = "1" if cfg.batch_invariant else "0"
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc readback
     if (
         cfg.tensor_parallel_size > 1
@@ -146,7 +171,9 @@ class VllmRolloutEngine:
             ) from exc
         kwargs: dict[str, Any] = dict(
             model=cfg.model_path,
-            tokenizer=cfg.model_path,
+            tokenizer=cfg.tokenizer_path or cfg.model_path,
+            trust_remote_code=cfg.trust_remote_code,
+            load_format="safetensors",  # never a pickle checkpoint, even if one sits beside
             dtype=cfg.dtype,
             enable_prefix_caching=cfg.enable_prefix_caching,
             enforce_eager=cfg.enforce_eager,
@@ -158,6 +185,11 @@ class VllmRolloutEngine:
             logprobs_mode=cfg.logprobs_mode,
             logits_processors=[FORCED_TOKENS_PROCESSOR],
         )
+        kwargs["kv_cache_dtype"] = cfg.kv_cache_dtype
+        if cfg.enable_chunked_prefill is not None:
+            kwargs["enable_chunked_prefill"] = cfg.enable_chunked_prefill
+        if cfg.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
         if cfg.logprobs_mode == "raw_logits":
             kwargs["max_logprobs"] = -1
         if cfg.executor == "external_launcher":
@@ -200,11 +232,12 @@ class VllmRolloutEngine:
         if self._closed:
             raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
         vc = self.llm.llm_engine.vllm_config
-        mc, cc, pc, comp = (
+        mc, cc, pc, comp, sc = (
             vc.model_config,
             vc.cache_config,
             vc.parallel_config,
             vc.compilation_config,
+            vc.scheduler_config,
         )
         mode = getattr(comp, "mode", None)
         out: dict[str, Any] = {
@@ -225,6 +258,9 @@ class VllmRolloutEngine:
             "rollout.decode_context_parallel_size": int(
                 getattr(pc, "decode_context_parallel_size", 1)
             ),
+            "rollout.kv_cache_dtype": str(cc.cache_dtype),
+            "rollout.enable_chunked_prefill": bool(sc.enable_chunked_prefill),
+            "rollout.max_num_batched_tokens": int(sc.max_num_batched_tokens),
             "batch.size": self.last_batch_size,
             "rollout.request_sizes": list(self.request_sizes),
         }

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
+from xconf.canonical import canonical_digest
 from xconf.operator_capability import (
     DETERMINISM_SCOPES,
     LOGITS_DTYPES,
@@ -42,11 +42,7 @@ from xconf.operator_capability import (
 )
 from xconf.ops.logprob.errors import LogprobContractError
 
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in LOGITS_DTYPES}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -344,8 +340,7 @@ class LogprobContract:
 
     def cross_rank_fingerprint(self) -> str:
         """SHA-256 of the contract without any rank: equal on every rank of one group."""
-        blob = json.dumps(self.to_dict(include_ranks=False), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return canonical_digest(self.to_dict(include_ranks=False))
 
 
 def summarize_active_mask(active_mask: torch.Tensor) -> dict[str, Any]:

@@ -1,20 +1,23 @@
 """Catalog entries (``xconf.operators`` entry point) for the vocab-parallel backends.
 
-Each descriptor's capabilities are the one declaration of what the backend serves. CPU
-only: that is what the tests exercise (the native kernel is CPU-only; the torch kernels
-would run on CUDA, but no test checks their bits there yet).
+Each descriptor's capabilities are the one declaration of what the backend serves: on
+``cpu`` (native, compiled and eager kernels) and on ``cuda`` (the Triton kernels, whose
+cases ``tests/ops/test_triton_interpreter.py`` runs under Triton's interpreter in every
+``make test``; not yet run on a GPU, see docs/operators.md).
 """
 
 from __future__ import annotations
 
-from xconf.operator_capability import MASK_MODES, BackendCapability
+from xconf.operator_capability import MASK_MODES, BackendCapability, Platform
 from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
 
 VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
 VOCAB_PARALLEL_FAST_ID = "xconf.vocab_parallel_logp_fast"
 VERSION = "1"
-# Bumped whenever the kernels' reduction structure changes (tile merge, block shapes).
-BUILD_FINGERPRINT = "vocab_parallel_logp/fixed-tile-v1"
+# Bumped whenever the kernels' reduction structure changes (tile merge, block shapes);
+# v2: the native build merges in its own kernel; Triton kernels on CUDA.
+BUILD_FINGERPRINT = "vocab_parallel_logp/fixed-tile-v2"
+DECLARED_PLATFORMS: tuple[Platform, ...] = ("cpu", "cuda")
 
 
 def descriptors() -> tuple[OperatorDescriptor, ...]:
@@ -24,13 +27,14 @@ def descriptors() -> tuple[OperatorDescriptor, ...]:
             backend_id=VOCAB_PARALLEL_ID,
             factory="xconf.ops.logprob.selected:VocabParallelSelectedLogprob",
             version=VERSION,
-            capabilities=(
+            capabilities=tuple(
                 BackendCapability(
-                    platform="cpu",
+                    platform=platform,
                     tier="production",
                     mask_modes=frozenset(MASK_MODES),
                     determinism_scopes=frozenset({"fixed_topology", "cross_tp_bitwise"}),
-                ),
+                )
+                for platform in DECLARED_PLATFORMS
             ),
             alignment_properties=frozenset(
                 {"deterministic", "batch_invariant", "cross_tp_bitwise", "fp32_accumulation"}
@@ -42,13 +46,14 @@ def descriptors() -> tuple[OperatorDescriptor, ...]:
             backend_id=VOCAB_PARALLEL_FAST_ID,
             factory="xconf.ops.logprob.selected:VocabParallelSelectedLogprobFast",
             version=VERSION,
-            capabilities=(
+            capabilities=tuple(
                 BackendCapability(
-                    platform="cpu",
+                    platform=platform,
                     tier="production",
                     mask_modes=frozenset(MASK_MODES),
                     determinism_scopes=frozenset({"fixed_topology"}),
-                ),
+                )
+                for platform in DECLARED_PLATFORMS
             ),
             alignment_properties=frozenset({"fp32_accumulation"}),
             build_fingerprint=BUILD_FINGERPRINT,

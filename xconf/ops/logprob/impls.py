@@ -1,5 +1,9 @@
 """Which code computes the operator's row reductions, and what ranks compare about it.
 
+``triton``: Triton kernels (``triton_kernels.py``) for the tile pass and the merges, for
+logits on a CUDA device (and on CPU under Triton's interpreter, which the tests use); the
+backward is elementwise and runs as ``eager``. ``auto`` on a CUDA device is ``triton``.
+
 ``native``: the hand-written row-partials kernel (``native.py``) for the hot per-tile
 pass, torch.compile'd kernels for the small merges and the backward. ``compiled``: every
 reduction through torch.compile (inductor's C++ backend). ``eager``: plain PyTorch ops
@@ -13,29 +17,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from xconf.ops.logprob import native
+from xconf.ops.logprob import native, triton_kernels
 from xconf.ops.logprob.kernels import KernelImpl
 
-Impl = Literal["auto", "native", "compiled", "eager"]
-IMPLS: tuple[Impl, ...] = ("auto", "native", "compiled", "eager")
+Impl = Literal["auto", "native", "compiled", "eager", "triton"]
+IMPLS: tuple[Impl, ...] = ("auto", "native", "compiled", "eager", "triton")
 
 
 @dataclass(frozen=True)
 class ResolvedImpl:
-    name: Literal["native", "compiled", "eager"]
+    name: Literal["native", "compiled", "eager", "triton"]
     label: str  # compared across ranks: equal labels run identical code
-    kernel: native.NativeKernel | None = None
+    # The row-reduction kernel (tile partials, the fast path's fused pass, the merge).
+    kernel: native.NativeKernel | triton_kernels.TritonKernel | None = None
 
     @property
     def torch_impl(self) -> KernelImpl:
         """The implementation of the torch-level kernels (merges, backward)."""
-        return "eager" if self.name == "eager" else "compiled"
+        return "eager" if self.name in ("eager", "triton") else "compiled"
 
 
-def resolve_impl(impl: Impl) -> ResolvedImpl:
-    """``impl`` made concrete; ``native`` that cannot be built raises with the reason."""
+def resolve_impl(impl: Impl, device_type: str = "cpu") -> ResolvedImpl:
+    """``impl`` made concrete for logits on ``device_type``; ``native`` that cannot be
+    built, or ``triton`` that cannot be imported, raises with the reason."""
     if impl == "compiled" or impl == "eager":
         return ResolvedImpl(impl, impl)
+    if impl == "triton" or (impl == "auto" and device_type == "cuda"):
+        built_triton = triton_kernels.kernel()
+        return ResolvedImpl("triton", built_triton.label, built_triton)
     if impl == "auto" and not native.available():
         return ResolvedImpl("compiled", "compiled")
     built = native.kernel()

@@ -68,6 +68,8 @@ class NativeKernel:
     path: Path
     isa: str
     _fn: Any
+    _merged: Any
+    _merge: Any
 
     @property
     def label(self) -> str:
@@ -80,45 +82,87 @@ class NativeKernel:
         The rows may be strided (a column slice of a wider tensor); each row's own
         elements must be contiguous. A row whose max is -inf gives ``(-inf, 0)``.
         """
-        code = DTYPE_CODES.get(x.dtype)
-        if code is None or x.dim() != 2 or x.device.type != "cpu":
-            raise LogprobValidationError(
-                "logprob.call.native_input",
-                f"the native kernel takes 2-D CPU float32/bfloat16/float16 rows, got "
-                f"{tuple(x.shape)} {x.dtype} on {x.device}",
-                "logits",
-            )
+        x, code = _rows_input(x)
         rows, width = x.shape
-        if width > 1 and x.stride(1) != 1:
-            x = x.contiguous()
-        m = torch.empty(rows, dtype=torch.float32)
-        s = torch.empty(rows, dtype=torch.float32)
-        if rows == 0:
-            return m, s
-        stride, size = x.stride(0), x.element_size()
-        by_size = rows * width // MIN_ELEMENTS_PER_THREAD
-        threads = max(1, min(torch.get_num_threads(), rows, by_size))
-        step = -(-rows // threads)
-        jobs = [
-            (
-                x.data_ptr() + start * stride * size,
-                code,
-                min(step, rows - start),
-                width,
-                stride,
-                m.data_ptr() + start * 4,
-                s.data_ptr() + start * 4,
-            )
-            for start in range(0, rows, step)
-        ]
-        if len(jobs) == 1:
-            self._fn(*jobs[0])
-        else:
-            futures = [_pool(len(jobs) - 1).submit(self._fn, *job) for job in jobs[1:]]
-            self._fn(*jobs[0])
-            for future in futures:
-                future.result()
+        m, s = _outputs(rows, 2)
+        self._split(
+            rows,
+            rows * width,
+            lambda start, count: self._fn(
+                _at(x, start), code, count, width, x.stride(0), _at(m, start), _at(s, start)
+            ),
+        )
         return m, s
+
+    def row_merged(
+        self, x: torch.Tensor, tile: int, with_lse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per row: the ``tile``-wide partials (the last may be narrower) merged in column
+        order into one fp32 ``(M, S)``, and ``M + log S`` when ``with_lse``; the tile
+        partials are never written out. The fast path's whole local reduction."""
+        x, code = _rows_input(x)
+        rows, width = x.shape
+        m, s, lse = _outputs(rows, 3)
+        self._split(
+            rows,
+            rows * width,
+            lambda start, count: self._merged(
+                _at(x, start), code, count, width, x.stride(0), tile,
+                _at(m, start), _at(s, start), _at(lse, start) if with_lse else None,
+            ),
+        )  # fmt: skip
+        return m, s, lse if with_lse else None
+
+    def merge_lse(self, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """The LSE of every row of ``[rows, tiles]`` fp32 partials, merged in column order."""
+        m = m.to(torch.float32).contiguous()
+        s = s.to(torch.float32).contiguous()
+        rows, tiles = m.shape
+        (lse,) = _outputs(rows, 1)
+        if rows:
+            self._merge(m.data_ptr(), s.data_ptr(), rows, tiles, lse.data_ptr())
+        return lse
+
+    def _split(self, rows: int, elements: int, job: Any) -> None:
+        """Runs ``job(start, count)`` over row ranges on up to ``torch.get_num_threads()``
+        threads (ctypes releases the GIL); each row is reduced alone, so the split never
+        changes a bit."""
+        if rows == 0:
+            return
+        threads = max(1, min(torch.get_num_threads(), rows, elements // MIN_ELEMENTS_PER_THREAD))
+        step = -(-rows // threads)
+        starts = list(range(0, rows, step))
+        futures = [
+            _pool(len(starts) - 1).submit(job, start, min(step, rows - start))
+            for start in starts[1:]
+        ]
+        job(0, min(step, rows))
+        for future in futures:
+            future.result()
+
+
+def _rows_input(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    code = DTYPE_CODES.get(x.dtype)
+    if code is None or x.dim() != 2 or x.device.type != "cpu":
+        raise LogprobValidationError(
+            "logprob.call.native_input",
+            f"the native kernel takes 2-D CPU float32/bfloat16/float16 rows, got "
+            f"{tuple(x.shape)} {x.dtype} on {x.device}",
+            "logits",
+        )
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        x = x.contiguous()
+    return x, code
+
+
+def _outputs(rows: int, count: int) -> tuple[torch.Tensor, ...]:
+    """``count`` fp32 vectors of ``rows`` values, one allocation."""
+    return tuple(torch.empty(count, rows, dtype=torch.float32).unbind(0))
+
+
+def _at(t: torch.Tensor, row: int) -> int:
+    """The address of row ``row`` of ``t`` (a vector, or a 2-D tensor with rows strided)."""
+    return t.data_ptr() + row * t.stride(0) * t.element_size()
 
 
 class NativeKernelUnavailable(LogprobValidationError):
@@ -172,9 +216,16 @@ def _load(variant: Variant) -> NativeKernel | str:
         ctypes.c_void_p,
         ctypes.c_void_p,
     ]
+    merged = library.xconf_row_merged
+    merged.restype = None
+    merged.argtypes = [*fn.argtypes[:5], ctypes.c_int64, *[ctypes.c_void_p] * 3]
+    merge = library.xconf_merge_lse
+    merge.restype = None
+    merge.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    merge.argtypes += [ctypes.c_void_p]
     library.xconf_partials_isa.restype = ctypes.c_int32
     isa = "avx512" if library.xconf_partials_isa() == 512 else "portable"
-    return NativeKernel(path, isa, fn)
+    return NativeKernel(path, isa, fn, merged, merge)
 
 
 def _compiler() -> str | None:

@@ -51,6 +51,7 @@ inline Vec splat(float v) { return _mm512_set1_ps(v); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline float hmax(Vec v) { return _mm512_reduce_max_ps(v); }
 inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
 
@@ -141,6 +142,7 @@ inline Vec splat(float v) { return Vec{} + v; }
 inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 inline Vec vadd(Vec a, Vec b) { return a + b; }
 inline Vec vsub(Vec a, Vec b) { return a - b; }
+inline Vec vmul(Vec a, Vec b) { return a * b; }
 
 inline float hmax(Vec v) {
   float lanes[kLanes];
@@ -249,6 +251,78 @@ void row_partial(const void* row, const void* next, int32_t dtype, int64_t width
   *s_out = hsum(vadd(a0, a1));
 }
 
+// Row partials of `width` contiguous logits cut into tiles of `tile` columns (the last one
+// may be narrower), written to `m`/`s` in column order; `next_row` is prefetched last.
+void tiled_partials(const void* row, const void* next_row, int32_t dtype, int64_t width,
+                    int64_t tile, float* m, float* s) {
+  int64_t t = 0;
+  for (int64_t lo = 0; lo < width; lo += tile, ++t) {
+    const int64_t hi = lo + tile < width ? lo + tile : width;
+    const void* next = hi < width ? offset(row, dtype, hi) : next_row;
+    row_partial(offset(row, dtype, lo), next, dtype, hi - lo, m + t, s + t);
+  }
+}
+
+// Partials in order merged into one: returns M = max m_t and writes S = sum s_t exp(m_t - M),
+// lane-accumulated over chunks of 16 with a fixed tree. Any NaN gives (NaN, NaN); all
+// identity partials give (-inf, 0).
+float merge_row(const float* m, const float* s, int64_t count, float* s_out) {
+  float big = -INFINITY;
+  bool nan = false;
+  for (int64_t t = 0; t < count; ++t) {
+    nan = nan || m[t] != m[t] || s[t] != s[t];
+    big = m[t] > big ? m[t] : big;
+  }
+  if (nan) {
+    *s_out = NAN;
+    return NAN;
+  }
+  if (big == -INFINITY) {
+    *s_out = 0.0f;
+    return big;
+  }
+  const Vec shift = splat(big);
+  Vec acc = splat(0.0f);
+  float mb[kLanes], sb[kLanes];
+  for (int64_t t = 0; t < count; t += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const bool in = t + l < count;
+      mb[l] = in ? m[t + l] : -INFINITY;  // padding lanes add 0 * exp(-87) = 0
+      sb[l] = in ? s[t + l] : 0.0f;
+    }
+    Vec mv, sv;
+    std::memcpy(&mv, mb, sizeof mv);
+    std::memcpy(&sv, sb, sizeof sv);
+    acc = vadd(acc, vmul(sv, exp_nonpositive(vsub(mv, shift))));
+  }
+  *s_out = hsum(acc);
+  return big;
+}
+
+// log(v) for finite v >= 1 in double, from + - * / only (no libm), so every build and
+// every C library gives the same bits: v = r 2^e with r in [sqrt(1/2), sqrt(2)),
+// log r = 2 atanh(z), z = (r - 1) / (r + 1), |z| < 0.172, series to z^19 (error < 1e-16).
+double log_fixed(double v) {
+  int e = 0;
+  double r = std::frexp(v, &e);  // exact: r in [0.5, 1)
+  if (r < 0.70710678118654752) {
+    r *= 2.0;
+    e -= 1;
+  }
+  const double z = (r - 1.0) / (r + 1.0);
+  const double z2 = z * z;
+  double p = 1.0 / 19.0;
+  for (int k = 17; k >= 1; k -= 2) p = p * z2 + 1.0 / k;
+  return static_cast<double>(e) * 0.69314718055994531 + 2.0 * z * p;
+}
+
+// M + log S of one merged row, rounded once to fp32.
+float lse_of(float big, float total) {
+  if (big != big || total != total) return NAN;
+  if (big == -INFINITY) return big;
+  return static_cast<float>(static_cast<double>(big) + log_fixed(total));
+}
+
 }  // namespace
 
 extern "C" {
@@ -269,6 +343,34 @@ void xconf_row_partials(const void* x, int32_t dtype, int64_t rows, int64_t widt
     }
     row_partial(row, next, dtype, width, m_out + i, s_out + i);
   }
+}
+
+// Deterministic merge: `rows` rows of `tiles` partials (row-major) to the rows' LSE.
+void xconf_merge_lse(const float* m, const float* s, int64_t rows, int64_t tiles,
+                     float* lse_out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float total = 0.0f;
+    const float big = merge_row(m + i * tiles, s + i * tiles, tiles, &total);
+    lse_out[i] = lse_of(big, total);
+  }
+}
+
+// Fast path: each row's `width` columns cut into tiles of `tile`, merged into one partial,
+// without writing the tile partials out; `lse_out` (may be null) gets M + log S.
+void xconf_row_merged(const void* x, int32_t dtype, int64_t rows, int64_t width,
+                      int64_t row_stride, int64_t tile, float* m_out, float* s_out,
+                      float* lse_out) {
+  const int64_t tiles = width <= 0 ? 0 : (width + tile - 1) / tile;
+  float* m = new float[tiles > 0 ? 2 * tiles : 1];
+  float* s = m + tiles;
+  for (int64_t i = 0; i < rows; ++i) {
+    const void* row = offset(x, dtype, i * row_stride);
+    const void* next = i + 1 < rows ? offset(x, dtype, (i + 1) * row_stride) : nullptr;
+    tiled_partials(row, next, dtype, width, tile, m, s);
+    m_out[i] = merge_row(m, s, tiles, s_out + i);
+    if (lse_out != nullptr) lse_out[i] = lse_of(m_out[i], s_out[i]);
+  }
+  delete[] m;
 }
 
 }  // extern "C"

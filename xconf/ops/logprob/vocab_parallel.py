@@ -107,7 +107,7 @@ def vocab_parallel_selected_logprob(
     resolved: ResolvedImpl | None = None
     if error is None:
         try:
-            resolved = resolve_impl(impl)
+            resolved = resolve_impl(impl, local_logits.device.type)
         except LogprobValidationError as exc:
             error = exc
     if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
@@ -160,24 +160,39 @@ def vocab_parallel_selected_logprob_fast(
     )
 
 
-def _local_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf.
+def _local_partials(
+    x: torch.Tensor, plan: _Plan
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf, and
+    the LSE when it is already known (the native fast path at TP=1).
 
     Deterministic: one partial per tile. Fast: one partial per shard, so the cross-rank
     merge (and its bits) follows the TP layout; the native kernel reduces the shard's real
-    columns in one go, the torch kernels merge their tile partials locally.
+    columns tile by tile and merges them in the same call, writing no tile partials; the
+    torch kernels merge their tile partials locally.
     """
     rows = x.shape[0]
     native_kernel = plan.impl.kernel
     if not plan.deterministic and native_kernel is not None:
-        m, sx = native_kernel.row_partials(x[:, : plan.valid_local])
-        return m.view(rows, 1), sx.view(rows, 1)
+        m, sx, lse = native_kernel.row_merged(
+            x[:, : plan.valid_local], plan.tile, with_lse=plan.world == 1
+        )
+        return m.view(rows, 1), sx.view(rows, 1), lse
     m, sx = _tile_partials(x, plan)
     if plan.deterministic:
-        return m, sx
+        return m, sx, None
     merge = kernels.partial_merge_kernel(m.shape[1], plan.impl.torch_impl)
     big, total = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
-    return big.view(rows, 1), total.view(rows, 1)
+    return big.view(rows, 1), total.view(rows, 1), None
+
+
+def _merge(m: torch.Tensor, sx: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    """The LSE of ``[N, T]`` partials merged in column (global tile) order."""
+    if plan.impl.kernel is not None:
+        return plan.impl.kernel.merge_lse(m, sx)
+    merge = kernels.merge_kernel(m.shape[1], plan.impl.torch_impl)
+    (lse,) = merge.run(m.shape[0], (m.contiguous(), sx.contiguous()), (0.0, 1.0))
+    return lse
 
 
 def _tile_partials(x: torch.Tensor, plan: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,7 +233,7 @@ def _exchange(
     """All-gather tile partials and owned target logits; returns global-order ``[N, T]``."""
     rows, count = m.shape
     width = max(plan.tiles_by_rank)
-    pack = torch.zeros(rows, 2 * width + 1, dtype=torch.float32)
+    pack = torch.zeros(rows, 2 * width + 1, dtype=torch.float32, device=m.device)
     pack[:, :width] = NEG_INF
     pack[:, :count] = m
     pack[:, width : width + count] = sx
@@ -244,21 +259,23 @@ class _SelectedLogprob(torch.autograd.Function):
         rows, local = x.shape
         ctx.plan = plan
         if rows == 0:
-            empty = torch.zeros(0, dtype=torch.float32)
+            empty = torch.zeros(0, dtype=torch.float32, device=x.device)
             ctx.save_for_backward(x, empty, target, active, active)
             return empty, empty.clone()
         tgt = target.clamp(0, s.padded_vocab_size - 1)
         owned = (tgt >= lo) & (tgt < lo + local)
         col = (tgt - lo).clamp(0, local - 1)
         z = torch.where(owned, x.gather(1, col[:, None]).squeeze(1).float(), 0.0)
-        m, sx = _local_partials(x, plan)
+        m, sx, lse = _local_partials(x, plan)
         if plan.world > 1:
             m, sx, z_all = _exchange(m, sx, z, plan)
-            starts = torch.tensor([b[0] for b in s.shard_bounds[1:]], dtype=torch.int64)
+            starts = torch.tensor(
+                [b[0] for b in s.shard_bounds[1:]], dtype=torch.int64, device=tgt.device
+            )
             owner = torch.bucketize(tgt, starts, right=True)
             z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
-        merge = kernels.merge_kernel(m.shape[1], plan.impl.torch_impl)
-        (lse,) = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
+        if lse is None:
+            lse = _merge(m, sx, plan)
         logprob = torch.where(active, z - lse, 0.0)
         ctx.save_for_backward(x, lse, col, owned, active)
         return logprob, lse

@@ -1,0 +1,90 @@
+"""Rank worker of tests/adapters/test_side_worlds.py, in a module of its own: spawned ranks
+import only this (not the test module, whose conftest imports vLLM)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+WORLD = 4
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _execution(model_cache: str) -> Any:
+    """The S2 baseline with FSDP training and an S0 frozen identity; one rollout TP=4 case."""
+    from hydra import compose, initialize_config_dir
+
+    from xconf.config.hydra_document import experiment_document
+    from xconf.config.strict import parse_experiment
+    from xconf.execution_plan import build_execution_plan
+    from xconf.planner import plan_experiment
+    from xconf.schema import Intervention
+    from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
+
+    overrides = ["+experiment=s2_cpu", "identity=synthetic_s0", "training.sharding=fsdp"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
+    spec = replace(spec, interventions=(Intervention("rollout.tensor_parallel_size", (4,)),))
+    plan = plan_experiment(spec)
+    return build_execution_plan(
+        plan, SemanticOperatorCatalog.from_entry_points(), ResolutionPolicy()
+    )
+
+
+def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=240)
+    )
+    try:
+        from xconf.adapters.frozen import FrozenBatch
+        from xconf.adapters.hf.model import TrainingScorerConfig
+        from xconf.adapters.hf.scorer import HFTrainingScorer
+        from xconf.adapters.models import ensure_model
+        from xconf.adapters.real.adapter import VllmHfRuntime
+        from xconf.runner import frozen_inputs
+
+        execution = _execution(model_cache)
+        identity = execution.plan.spec.identity
+        runtime = VllmHfRuntime(model_cache=model_cache)
+        runtime._record = ensure_model(cache_dir=model_cache)
+        base, tp4 = execution.cases
+        assert dict(tp4.case.changed) == {"rollout.tensor_parallel_size": 4}
+        contexts = {
+            label: dict(runtime.bind(case, identity).training.distributed_context)
+            for label, case in (("baseline", base), ("tp4", tp4))
+        }
+        binding = runtime.bind(tp4, identity)
+        engine = runtime.build_engine(binding.training, tp4)
+        score = engine.score(frozen_inputs(identity), identity, 2, None)
+        back = dict(engine.readback())
+        result: dict[str, Any] = {
+            "contexts": contexts,
+            "built_model": getattr(engine, "_engine", engine).engine is not None,
+            "readback": {k: back.get(k) for k in ("training.world_size", "training.sharding")},
+        }
+        if rank == 0:  # the FSDP sub-group's scores equal one unsharded model's, bitwise
+            plain = HFTrainingScorer(TrainingScorerConfig(model_path=runtime.record.path))
+            ref = plain.score(FrozenBatch.from_identity(identity), 2)
+            result["bitwise"] = bool(torch.equal(ref.logprobs, score.logprobs))
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+        engine.close()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,57 @@
+"""Each side's process group is fixed by its own knobs (issue #12 item 6).
+
+A rollout ``tensor_parallel_size=4`` case launches 4 ranks; the training side must still
+shard over the baseline's FSDP group of 2 (a sub-group of the launched world), not over all
+4 ranks, and ranks 2 and 3 build no training model. Four gloo ranks, only two of which load
+the tiny checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters._side_world_worker import WORLD, _free_port, _rank_main
+from tests.adapters.conftest import needs_hf
+
+pytestmark = [needs_hf, pytest.mark.slow]
+TIMEOUT_S = 300
+
+
+def test_rollout_tp_case_keeps_the_baseline_training_world(
+    model_record: Any, model_cache: str, tmp_path: Path
+) -> None:
+    import torch.multiprocessing as mp
+
+    started = time.perf_counter()
+    ctx = mp.start_processes(
+        _rank_main,
+        args=(_free_port(), model_cache, str(tmp_path)),
+        nprocs=WORLD,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"ranks did not finish within {TIMEOUT_S} s")
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for rank, res in enumerate(ranks):
+        contexts = res["contexts"]
+        # The rollout TP=4 case's training world equals the baseline's: 2, in a world of 4.
+        assert contexts["tp4"]["world_size"] == contexts["baseline"]["world_size"] == 2
+        assert contexts["tp4"]["launcher_world_size"] == WORLD
+        # Read back from the live model on ranks 0-1, received from rank 0 on ranks 2-3.
+        assert res["readback"] == {"training.world_size": 2, "training.sharding": "fsdp"}
+        assert res["built_model"] == (rank < 2), (rank, res)
+    assert ranks[0]["bitwise"]
+    print(f"4-rank side-world test: {time.perf_counter() - started:.1f} s")

@@ -1,0 +1,152 @@
+"""`xconf judge`: dumps in every accepted format, sealed like a run; every bad dump refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tests.conftest import snapshot
+
+R = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [-0.25, -1.5, -2.5, 0.0]])
+DELTA = torch.tensor([[0.0, 2e-3, -1e-6, 0.0], [0.0, 0.0, 3e-2, 0.0]])
+MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.int64)
+
+
+def _verl(tmp_path: Path, name: str = "step.safetensors", **extra: torch.Tensor) -> Path:
+    tensors = {"rollout_log_probs": R, "old_log_probs": R + DELTA, "response_mask": MASK}
+    tensors.update(extra)
+    path = tmp_path / name
+    save_file(tensors, str(path))
+    return path
+
+
+def _comparison(run: Path, case: str) -> dict:
+    (attempt,) = sorted((run / "cases" / case).iterdir())
+    return json.loads((attempt / "comparison.json").read_text())
+
+
+def test_safetensors_npz_parquet_agree_and_verify(xconf_cli, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    st = _verl(tmp_path, responses=torch.arange(8).reshape(2, 4))
+    npz = tmp_path / "step.npz"
+    np.savez(
+        npz,
+        rollout_log_probs=R.numpy(),
+        old_log_probs=(R + DELTA).numpy(),
+        response_mask=MASK.numpy(),
+        dtype=np.array("float32"),
+    )
+    parquet = tmp_path / "step.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "rollout_log_probs": R.tolist(),
+                "old_log_probs": (R + DELTA).tolist(),
+                "response_mask": MASK.tolist(),
+                "uid": ["a", "b"],  # a scalar column: ignored
+            }
+        ),
+        parquet,
+    )
+    out = tmp_path / "out"
+    code, stdout, err = xconf_cli(
+        "judge", "--case", f"st={st}", "--case", f"npz={npz}", "--case", f"pq={parquet}",
+        "--dtype", "float32", "--output-root", out,
+    )  # fmt: skip
+    assert code == 1, err  # the 3e-2 token fails the float32 threshold
+    run = out / "judge"
+    docs = {c: _comparison(run, c) for c in ("st", "npz", "pq")}
+    for doc in docs.values():
+        assert (doc["result"], doc["active_tokens"], doc["mismatches"]) == ("fail", 7, 2)
+        assert (
+            doc["rollout_correction"]["metrics"]["kl"]
+            == docs["st"]["rollout_correction"]["metrics"]["kl"]
+        )
+    assert xconf_cli("verify", run)[0] == 0
+    # bfloat16 from the command line: the 5e-2 threshold passes every token.
+    code, _, err = xconf_cli("judge", st, "--dtype", "bfloat16", "--output-root", tmp_path / "b")
+    assert code == 0, err
+    # Judging the same dump again reuses the sealed attempt.
+    code, stdout, _ = xconf_cli("judge", st, "--dtype", "bfloat16", "--output-root", tmp_path / "b")
+    assert code == 0 and "reused" in stdout
+
+
+def test_zero_active_mask_is_an_honest_verdict(xconf_cli, tmp_path: Path) -> None:
+    path = tmp_path / "empty.safetensors"
+    save_file(
+        {"rollout_log_probs": R, "old_log_probs": R.clone(), "response_mask": torch.zeros(2, 4)},
+        str(path),
+        metadata={"dtype": "float32"},
+    )
+    code, _, err = xconf_cli("judge", path, "--output-root", tmp_path / "out")
+    assert code == 1, err
+    assert _comparison(tmp_path / "out" / "judge", "empty")["result"] == "zero_active_tokens"
+
+
+def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
+    missing = tmp_path / "missing.safetensors"
+    save_file({"rollout_log_probs": R, "response_mask": MASK}, str(missing))
+    shapes = tmp_path / "shapes.safetensors"
+    save_file(
+        {"rollout_log_probs": R, "old_log_probs": R[:, :3].contiguous(), "response_mask": MASK},
+        str(shapes),
+    )
+    pt = tmp_path / "step.pt"
+    pt.write_bytes(b"\x80\x04not really a pickle, and never opened")
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, rollout_log_probs=np.array([{"a": 1}], dtype=object))
+    bad_mask = tmp_path / "badmask.safetensors"
+    save_file(
+        {"rollout_log_probs": R, "old_log_probs": R.clone(), "response_mask": MASK * 2},
+        str(bad_mask),
+    )
+    good = _verl(tmp_path)
+    return [
+        (["judge", str(missing), "--dtype", "float32"], "judge.missing_key"),
+        (["judge", str(shapes), "--dtype", "float32"], "judge.shape_mismatch"),
+        (["judge", str(pt), "--dtype", "float32"], "judge.pickle_format"),
+        (["judge", str(objects), "--dtype", "float32"], "judge.unreadable"),
+        (["judge", str(bad_mask), "--dtype", "float32"], "judge.bad_mask"),
+        (["judge", str(good)], "judge.no_dtype"),
+        (["judge", str(good), "--dtype", "float8"], "judge.unknown_dtype"),
+        (["judge", "--case", f"a b={good}", "--dtype", "float32"], "judge.bad_case_name"),
+        (["judge", str(good), "--rollout-key", "nope", "--dtype", "float32"], "judge.missing_key"),
+    ]
+
+
+def test_bad_dumps_exit_2_with_code_and_write_nothing(xconf_cli, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for argv, code_name in _bad_inputs(tmp_path):
+        before = snapshot(tmp_path)
+        code, _, err = xconf_cli(*argv, "--output-root", out)
+        assert code == 2, (argv, err)
+        assert f"[{code_name}]" in err, (argv, err)
+        assert snapshot(tmp_path) == before, argv
+        assert not out.exists()
+
+
+def test_pickle_refusal_shows_the_safetensors_export(xconf_cli, tmp_path: Path) -> None:
+    pt = tmp_path / "dump.pkl"
+    pt.write_bytes(b"never read")
+    code, _, err = xconf_cli("judge", pt, "--dtype", "float32", "--output-root", tmp_path / "o")
+    assert code == 2
+    assert "from safetensors.torch import save_file" in err and "save_file({" in err
+
+
+@pytest.mark.parametrize("key", ["responses", "input_ids"])
+def test_token_ids_from_responses_or_input_ids(xconf_cli, tmp_path: Path, key: str) -> None:
+    ids = torch.arange(8).reshape(2, 4)
+    extra = {key: ids if key == "responses" else torch.cat([torch.ones(2, 3).long(), ids], 1)}
+    path = _verl(tmp_path, **extra)
+    code, _, err = xconf_cli("judge", path, "--dtype", "bfloat16", "--output-root", tmp_path / "o")
+    assert code == 0, err
+    (attempt,) = sorted((tmp_path / "o" / "judge" / "cases" / "step").iterdir())
+    identity = json.loads((attempt / "identity.json").read_text())
+    assert identity["selected_token_ids"] == ids.tolist()

@@ -1,0 +1,139 @@
+"""Your checkpoint, your prompts, your dumps, end to end on the real runtimes (vLLM + HF).
+
+Kept small: S2 with one intervention (bfloat16 rollout) on a `make-checkpoint` Qwen3 and a
+verl-style Parquet prompt set, then the round trip of its tensors through `xconf judge`;
+S1 (`hf_pair`) on a Llama checkpoint with a JSONL prompt set.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.conftest import needs_vllm
+from tests.inputs.datasets import JSONL_ROWS, write_jsonl, write_verl_parquet
+from xconf.schema import Intervention
+
+pytestmark = [needs_vllm, pytest.mark.slow]
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _spec(experiment: str, runtime: str, overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from xconf.config.hydra_document import experiment_document
+    from xconf.config.strict import parse_experiment
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[f"+experiment={experiment}", f"runtime={runtime}", *overrides],
+        )
+    return parse_experiment(experiment_document(cfg), require_schema_version=False), cfg
+
+
+def _run(experiment: str, runtime: str, overrides: list[str], out: Path, knob: Intervention):
+    from omegaconf import OmegaConf
+
+    from xconf.session import instantiate_runtime, prepare, run_prepared
+
+    spec, cfg = _spec(experiment, runtime, overrides)
+    spec = replace(spec, interventions=(knob,))
+    adapter = instantiate_runtime(OmegaConf.to_container(cfg.runtime, resolve=True))
+    prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
+    return run_prepared(prepared, adapter, resume=True), adapter
+
+
+@pytest.fixture(scope="module")
+def s2_local(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    base = tmp_path_factory.mktemp("s2-local")
+    data = write_verl_parquet(base / "verl.parquet")
+    summary, adapter = _run(
+        "s2_cpu",
+        "vllm_hf",
+        [
+            f"runtime.model.path={checkpoints['qwen3']}",
+            f"identity.recipe.dataset.path={data}",
+            "identity.recipe.dataset.max_tokens=8",
+        ],
+        base / "out",
+        Intervention("rollout.dtype", ("bfloat16",)),
+    )
+    return summary, adapter, base
+
+
+def test_s2_on_a_local_qwen3_with_verl_parquet(s2_local: Any) -> None:
+    summary, adapter, _ = s2_local
+    results = {r.label: r.result for r in summary.records}
+    assert results == {"baseline": "pass", "rollout.dtype=bfloat16": "fail"}, results
+    record = adapter.record
+    assert record.local
+    attempt = Path(summary.experiment_dir) / "cases" / summary.records[0].case_id / "a-0001"
+    identity = json.loads((attempt / "identity.json").read_text())
+    assert identity["checkpoint_id"] == f"sha256:{record.checkpoint_sha256}"
+    assert identity["recipe"]["dataset"]["sha256"]
+    assert sum(map(sum, identity["active_mask"])) == 2 * 8  # two prompts, eight tokens each
+
+
+def test_round_trip_through_judge_and_verify(s2_local: Any, xconf_cli: Any) -> None:
+    from safetensors.torch import load_file, save_file
+
+    summary, _, base = s2_local
+    dumps = []
+    for rec in summary.records:
+        attempt = Path(summary.experiment_dir) / "cases" / rec.case_id / rec.attempt_id
+        doc = json.loads((attempt / "comparison.json").read_text())
+        roll = load_file(str(attempt / "score_rollout.safetensors"))
+        train = load_file(str(attempt / "score_training.safetensors"))
+        path = base / f"{rec.case_id}.safetensors"
+        save_file(
+            {
+                "rollout_log_probs": roll["logprobs"],
+                "old_log_probs": train["logprobs"],
+                "response_mask": roll["active_mask"],
+                "responses": roll["selected_token_ids"],
+            },
+            str(path),
+            metadata={
+                "rollout_dtype": doc["rollout_dtype"],
+                "training_dtype": doc["training_dtype"],
+            },
+        )
+        dumps.append((rec, path))
+    out = base / "judged"
+    argv = ["judge", "--output-root", out]
+    for rec, path in dumps:
+        argv += ["--case", f"{rec.case_id}={path}"]
+    code, _, err = xconf_cli(*argv)
+    assert code == 1, err  # the bfloat16 case fails, as in the run
+    for rec, _path in dumps:
+        (attempt,) = (out / "judge" / "cases" / rec.case_id).iterdir()
+        doc = json.loads((attempt / "comparison.json").read_text())
+        assert (doc["result"], doc["mismatches"]) == (rec.result, rec.mismatches)
+    assert xconf_cli("verify", out / "judge")[0] == 0
+
+
+def test_s1_hf_pair_on_a_local_llama_with_jsonl(
+    checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "prompts.jsonl", JSONL_ROWS)
+    summary, adapter = _run(
+        "s2_cpu",
+        "hf_pair",
+        [
+            f"runtime.model.path={checkpoints['llama']}",
+            f"identity.recipe.dataset.path={data}",
+            "identity.recipe.dataset.max_tokens=6",
+            "identity.recipe.dataset.n=2",
+        ],
+        tmp_path / "out",
+        Intervention("training.compute_dtype", ("bfloat16",)),
+    )
+    assert adapter.record.architecture == "LlamaForCausalLM"
+    results = {r.label: r.result for r in summary.records}
+    assert results["baseline"] == "pass", results
+    assert summary.records[0].active_tokens == 3 * 2 * 6  # 3 prompts x n=2 x 6 tokens

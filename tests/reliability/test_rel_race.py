@@ -1,0 +1,123 @@
+"""Campaign 7, symlink races (#13.4): writes go through directory descriptors, never paths.
+
+An attempt directory swapped for a symlink right after its creation, a symlink planted at
+the torchrun launcher's launch.json and at report.html: nothing is ever written outside
+the output root (files written outside: 0).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from xconf.artifacts import safe_io
+from xconf.artifacts.layout import PAYLOAD_FILES
+from xconf.artifacts.store import ExperimentStore
+from xconf.errors import ArtifactError
+
+CASE = "c-0123456789abcdef"
+
+
+def _publish(store: ExperimentStore) -> Any:
+    documents = {name: {"case_id": CASE} for name in PAYLOAD_FILES if name.endswith(".json")}
+    tensors = {
+        name: {"x": torch.zeros(2, 3)} for name in PAYLOAD_FILES if name.endswith(".safetensors")
+    }
+    return store.publish_attempt(CASE, "k" * 64, documents, tensors, "pass")
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_attempt_dir_swapped_for_a_symlink_after_creation_receives_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = ExperimentStore(tmp_path / "out", "exp-race")
+    store.case_dir(CASE)
+    real_mkdir = os.mkdir
+    swapped: list[Path] = []
+
+    def mkdir_then_swap(path: Any, *args: Any, **kwargs: Any) -> None:
+        real_mkdir(path, *args, **kwargs)
+        name = Path(os.fspath(path))
+        if swapped or not re.fullmatch(r"a-\d+", name.name):
+            return
+        dir_fd = kwargs.get("dir_fd")
+        parent = Path(os.readlink(f"/proc/self/fd/{dir_fd}")) if dir_fd is not None else None
+        made = (parent / name) if parent is not None else name
+        os.rename(made, made.with_name(made.name + ".moved"))  # the attacker's swap
+        made.symlink_to(outside, target_is_directory=True)
+        swapped.append(made)
+
+    monkeypatch.setattr(safe_io.os, "mkdir", mkdir_then_swap)
+    with pytest.raises(ArtifactError) as info:
+        _publish(store)
+    monkeypatch.undo()
+    assert swapped, "the race was never staged"
+    assert info.value.code == "artifacts.not_a_directory"
+    assert _tree(outside) == []  # files written outside the root: 0
+
+
+def test_attempt_dir_swapped_after_it_was_opened_receives_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Swapped after the open: the writes follow the descriptor into the real directory."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = ExperimentStore(tmp_path / "out", "exp-race")
+    real_allocate = safe_io.allocate_attempt_dir
+
+    def allocate_then_swap(case_dir: Any) -> Any:
+        attempt_id, attempt = real_allocate(case_dir)
+        os.rename(attempt.path, attempt.path.with_name(attempt_id + ".moved"))
+        attempt.path.symlink_to(outside, target_is_directory=True)
+        return attempt_id, attempt
+
+    from xconf.artifacts import store as store_module
+
+    monkeypatch.setattr(store_module, "allocate_attempt_dir", allocate_then_swap)
+    published = _publish(store)
+    assert _tree(outside) == []
+    moved = published.path.with_name(published.attempt_id + ".moved")
+    assert sorted(p.name for p in moved.iterdir()) == sorted([*PAYLOAD_FILES, "COMPLETE"])
+
+
+def test_planted_report_html_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
+    from xconf.report.writer import write_text
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.html").symlink_to(victim)
+    write_text(tmp_path / "run" / "report.html", "<html></html>")
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "run" / "report.html").is_symlink()
+    assert (tmp_path / "run" / "report.html").read_text() == "<html></html>"
+
+
+def _noop() -> int:
+    return 7
+
+
+@pytest.mark.slow
+def test_planted_launch_json_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
+    from xconf.launchers.world import WorldSettings, launch_world
+
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "launch.json").symlink_to(victim)
+    value, _ = launch_world(1, _noop, (), WorldSettings(), run_dir)
+    assert value == 7
+    assert victim.read_text() == "precious"  # files written outside the root: 0
+    assert not (run_dir / "launch.json").is_symlink()
+    assert '"status": "completed"' in (run_dir / "launch.json").read_text()

@@ -1,0 +1,251 @@
+"""A user's own Hugging Face checkpoint directory: checked, digested, never unpickled.
+
+``open_checkpoint(path)`` validates a plain checkpoint directory (``config.json``,
+``*.safetensors`` with or without an index, tokenizer files in the model directory or in
+``tokenizer_path``) and returns the same :class:`ModelRecord` the tiny-model factory does,
+so both real runtimes treat a built and a user checkpoint alike. Weights only in pickle
+formats (``pytorch_model.bin``, ``.pt``) are refused, never loaded.
+
+The checkpoint digest is SHA-256 over the directory's regular files (name and content
+digest of each). Each file's digest is cached by ``(path, size, mtime_ns, inode)`` in
+``<model cache>/digests/``, so a 16 GB checkpoint is hashed once and later runs only
+``stat`` it; a file that changed is hashed again, which is how a checkpoint replaced under
+a run is detected (:func:`verify_unchanged`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from xconf.adapters.errors import IdentityViolationError, ModelFactoryError
+from xconf.adapters.models.factory import (
+    MANIFEST,
+    ModelRecord,
+    default_cache_dir,
+)
+from xconf.artifacts import layout
+from xconf.artifacts.safe_io import write_file
+from xconf.errors import ArtifactError
+
+# The one file digest (artifacts/layout.py), unbounded and following a snapshot's links:
+# checkpoint files are not run artifacts.
+sha256_file = partial(layout.sha256_file, limit=layout.UNBOUNDED, follow=True)
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
+DIGEST_VERSION = "xconf-checkpoint-digest.v1"
+CONVERT_HINT = (
+    "convert it to safetensors once, in an environment you trust: "
+    "`AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(OUT, safe_serialization=True)`"
+)
+
+
+def _error(code: str, message: str, path: str | Path) -> ModelFactoryError:
+    return ModelFactoryError(code, message, str(path))
+
+
+def _regular_files(root: Path) -> list[Path]:
+    """Top-level regular files (what from_pretrained reads); hidden files and links skipped."""
+    out = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        mode = os.lstat(entry).st_mode
+        if stat.S_ISREG(mode):
+            out.append(entry)
+    return out
+
+
+class DigestCache:
+    """Per-file SHA-256 keyed by (path, size, mtime_ns, inode); one JSON file per directory."""
+
+    def __init__(self, cache_dir: Path | str | None = None) -> None:
+        root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.root = root / "digests"
+
+    def _file(self, directory: Path) -> Path:
+        key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:32]
+        return self.root / f"{key}.json"
+
+    def _load(self, directory: Path) -> dict[str, Any]:
+        try:
+            doc = json.loads(self._file(directory).read_text())
+            return dict(doc["files"]) if doc.get("version") == DIGEST_VERSION else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def _store(self, directory: Path, files: Mapping[str, Any]) -> None:
+        try:
+            doc = {"version": DIGEST_VERSION, "path": str(directory.resolve()), "files": files}
+            write_file(self._file(directory), json.dumps(doc, sort_keys=True).encode())
+        except (OSError, ArtifactError):
+            return  # an unwritable cache costs time on the next run, never correctness
+
+    def digest(self, directory: Path, names: tuple[str, ...] | None = None) -> str:
+        """SHA-256 over (name, file sha256) of the directory's files (or of ``names``)."""
+        cached = self._load(directory)
+        files = _regular_files(directory)
+        if names is not None:
+            files = [f for f in files if f.name in names]
+        fresh: dict[str, Any] = {}
+        h = hashlib.sha256(DIGEST_VERSION.encode())
+        for f in files:
+            st = os.stat(f)
+            key = [st.st_size, st.st_mtime_ns, st.st_ino]
+            entry = cached.get(f.name)
+            if isinstance(entry, dict) and entry.get("key") == key:
+                sha = str(entry["sha256"])
+            else:
+                sha = sha256_file(f)
+            fresh[f.name] = {"key": key, "sha256": sha}
+            h.update(f"{f.name}\0{sha}\n".encode())
+        merged = fresh if names is None else {**cached, **fresh}
+        if merged != cached:
+            self._store(directory, merged)
+        return h.hexdigest()
+
+
+def _check_weights(root: Path) -> None:
+    names = {p.name for p in _regular_files(root)}
+    shards = {n for n in names if n.endswith(".safetensors")}
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            wanted = {str(v) for v in dict(weight_map).values()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _error("model.bad_index", f"unreadable safetensors index: {exc}", index) from exc
+        missing = sorted(wanted - shards)
+        if missing:
+            raise _error("model.missing_shard", f"index names missing shards {missing}", index)
+        return
+    if shards:
+        return
+    pickles = sorted(n for n in names if n.endswith(PICKLE_SUFFIXES))
+    if pickles:
+        raise _error(
+            "model.pickle_weights",
+            f"only pickle weights {pickles}: xconf never loads pickles; {CONVERT_HINT}",
+            root,
+        )
+    raise _error("model.no_weights", "no *.safetensors weights in the directory", root)
+
+
+def _read_config(root: Path, trust_remote_code: bool) -> dict[str, Any]:
+    cfg_path = root / "config.json"
+    if not cfg_path.is_file():
+        raise _error("model.no_config", "no config.json in the checkpoint directory", cfg_path)
+    try:
+        cfg = json.loads(cfg_path.read_text())
+        if not isinstance(cfg, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise _error("model.bad_config", f"config.json is not valid JSON: {exc}", cfg_path) from exc
+    if cfg.get("auto_map") and not trust_remote_code:
+        raise _error(
+            "model.remote_code",
+            "config.json needs code from the checkpoint (auto_map); "
+            "set runtime.trust_remote_code=true only if you trust it",
+            cfg_path,
+        )
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise _error("model.no_architecture", "config.json names no architectures", cfg_path)
+    return cfg
+
+
+def _eos(cfg: Mapping[str, Any]) -> int:
+    eos = cfg.get("eos_token_id")
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    return int(eos) if isinstance(eos, int) else -1
+
+
+def _manifest_tokenizer_id(root: Path, tok_root: Path) -> str | None:
+    """A checkpoint from ``xconf make-checkpoint`` keeps its factory tokenizer id."""
+    try:
+        record = json.loads((root / MANIFEST).read_text())["record"]
+        tokenizer_sha = sha256_file(tok_root / "tokenizer.json")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("tokenizer_sha256") != tokenizer_sha:
+        return None
+    value = record.get("tokenizer_id")
+    return str(value) if isinstance(value, str) else None
+
+
+def open_checkpoint(
+    path: str | Path,
+    tokenizer_path: str | Path | None = None,
+    *,
+    trust_remote_code: bool = False,
+    cache_dir: Path | str | None = None,
+) -> ModelRecord:
+    """Validate and digest a local checkpoint; nothing in it is loaded or executed."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise _error("model.missing_dir", "checkpoint directory does not exist", root)
+    root = root.resolve()
+    cfg = _read_config(root, trust_remote_code)
+    _check_weights(root)
+    tok_root = Path(tokenizer_path).expanduser().resolve() if tokenizer_path else root
+    if not tok_root.is_dir():
+        raise _error("model.missing_tokenizer_dir", "tokenizer directory does not exist", tok_root)
+    if (
+        not (tok_root / "tokenizer.json").is_file()
+        and not (tok_root / "tokenizer_config.json").is_file()
+    ):
+        raise _error("model.no_tokenizer", "no tokenizer.json or tokenizer_config.json", tok_root)
+    cache = DigestCache(cache_dir)
+    ckpt_sha = cache.digest(root)
+    tok_sha = cache.digest(tok_root, TOKENIZER_FILES)
+    arch = str(cfg["architectures"][0])
+    tokenizer_id = _manifest_tokenizer_id(root, tok_root) or f"sha256:{tok_sha}"
+    return ModelRecord(
+        path=str(root),
+        arch=str(cfg.get("model_type") or arch),
+        architecture=arch,
+        spec_sha256=ckpt_sha,
+        checkpoint_sha256=ckpt_sha,
+        tokenizer_id=tokenizer_id,
+        tokenizer_sha256=tok_sha,
+        eos_token_id=_eos(cfg),
+        vocab_size=int(cfg.get("vocab_size") or 0),
+        model_version=f"local:{arch}:{ckpt_sha[:16]}",
+        tokenizer_path=str(tok_root),
+        local=True,
+    )
+
+
+def verify_unchanged(record: ModelRecord, cache_dir: Path | str | None = None) -> None:
+    """Raise when a local checkpoint's files changed since the identity was frozen."""
+    if not record.local:
+        return
+    root = Path(record.path)
+    try:
+        now = DigestCache(cache_dir).digest(root) if root.is_dir() else "missing"
+    except OSError as exc:
+        now = f"unreadable: {exc}"
+    if now != record.checkpoint_sha256:
+        raise IdentityViolationError(
+            "identity.checkpoint_changed",
+            f"checkpoint {root} changed under the run: frozen sha256:"
+            f"{record.checkpoint_sha256[:16]}…, now {now[:16]}…",
+            "runtime.model.path",
+        )

@@ -1,0 +1,76 @@
+"""`xconf judge FILE... | --case NAME=FILE`: judge dumped logprobs and seal them as a run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from xconf.errors import XconfError
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "judge",
+        help="judge rollout vs training logprobs dumped by another system (safetensors, "
+        "npz, Parquet); each file one sealed case",
+    )
+    parser.add_argument("files", nargs="*", type=Path, help="dump files (case name: file stem)")
+    parser.add_argument(
+        "--case", action="append", default=[], metavar="NAME=FILE", help="a named case"
+    )
+    parser.add_argument("--rollout-key", default="rollout_log_probs")
+    parser.add_argument("--training-key", default="old_log_probs")
+    parser.add_argument("--mask-key", default="response_mask")
+    parser.add_argument(
+        "--dtype", default=None, help="both sides' compute dtype (picks the threshold)"
+    )
+    parser.add_argument("--rollout-dtype", default=None)
+    parser.add_argument("--training-dtype", default=None)
+    parser.add_argument("--experiment-id", default="judge")
+    parser.add_argument("--output-root", default="outputs")
+    parser.add_argument("--no-resume", action="store_true", help="judge again even if sealed")
+
+
+def _named(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    named = [(f.stem, f) for f in args.files]
+    for item in args.case:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise XconfError("judge.bad_case", f"--case {item!r} is not NAME=FILE", "--case")
+        named.append((name, Path(file)))
+    if not named:
+        raise XconfError("judge.no_input", "give dump files or --case NAME=FILE", "files")
+    names = [n for n, _ in named]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise XconfError(
+            "judge.duplicate_case",
+            f"case names {dupes} appear twice; use --case NAME=FILE",
+            "--case",
+        )
+    return named
+
+
+def run(args: argparse.Namespace, console: Any) -> int:
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.cli.render import print_reasons, verdict_table
+    from xconf.judge.dumps import Keys, load_dump
+    from xconf.judge.seal import judge_cases, resolve_dtypes
+    from xconf.report.writer import report_after_run
+    from xconf.session import exit_code
+
+    keys = Keys(rollout=args.rollout_key, training=args.training_key, mask=args.mask_key)
+    # Every file is read and checked before anything is written.
+    cases = [
+        resolve_dtypes(
+            load_dump(name, file, keys), args.dtype, args.rollout_dtype, args.training_dtype
+        )
+        for name, file in _named(args)
+    ]
+    store = ExperimentStore(args.output_root, args.experiment_id)
+    summary = judge_cases(store, cases, resume=not args.no_resume)
+    console.print(verdict_table(summary))
+    print_reasons(console, summary.records)
+    report_after_run(summary.experiment_dir, console)
+    return exit_code(summary.records)

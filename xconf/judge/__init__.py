@@ -1,0 +1,1 @@
+"""`xconf judge`: verdicts for logprobs another system computed (verl, OpenRLHF, ...)."""

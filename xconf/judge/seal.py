@@ -1,0 +1,269 @@
+"""`xconf judge`: each dump one case of one experiment, judged and sealed like a scored run.
+
+The verdict is :func:`xconf.comparison.compare` on the dumped tensors (the same rule, the
+same contract threshold), and the attempt goes through :class:`ExperimentStore` with the
+same payload files, so the verdict table, ``xconf report`` and ``xconf verify`` work on it.
+What xconf cannot observe about a dump is recorded, not invented: the scorers' read-only
+evidence is the dump file's digest read before and after loading (the file did not change
+while it was judged), and ``materialized.json`` says the engines were not observed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.comparison import compare
+from xconf.contract.loader import load_contract
+from xconf.judge.dumps import Dump, JudgeError, sha256_path
+from xconf.runner import TENSOR_SCHEMA, CaseRecord, RunSummary
+from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
+from xconf.schema import PLAN_SCHEMA, Identity, canonical_digest, is_safe_id
+
+JUDGE_VERSION = "xconf-judge.v1"
+RUNTIME_KIND = "judge"
+
+
+@dataclass(frozen=True)
+class JudgedCase:
+    dump: Dump
+    rollout_dtype: str
+    training_dtype: str
+
+    @property
+    def case_id(self) -> str:
+        return self.dump.name
+
+
+def resolve_dtypes(
+    dump: Dump, dtype: str | None, rollout_dtype: str | None, training_dtype: str | None
+) -> JudgedCase:
+    """Command line first, then the file's own ``dtype`` keys; never a silent default."""
+    declared = dict(dump.declared)
+    roll = rollout_dtype or dtype or declared.get("rollout_dtype") or declared.get("dtype")
+    train = training_dtype or dtype or declared.get("training_dtype") or declared.get("dtype")
+    if roll is None or train is None:
+        raise JudgeError(
+            "judge.no_dtype",
+            "no dtype to pick the threshold: pass --dtype (or --rollout-dtype/--training-dtype) "
+            "or store a 'dtype' key in the file",
+            dump.path,
+        )
+    contract = load_contract()
+    for side, value in (("rollout", roll), ("training", train)):
+        if value not in contract.thresholds:
+            raise JudgeError(
+                "judge.unknown_dtype",
+                f"{side} dtype {value!r}; the contract knows {sorted(contract.thresholds)}",
+                f"{dump.path}:{side}_dtype",
+            )
+    if not is_safe_id(dump.name):
+        raise JudgeError(
+            "judge.bad_case_name",
+            f"case name {dump.name!r} is not a safe id ([A-Za-z0-9._-]); use --case NAME=FILE",
+            dump.path,
+        )
+    return JudgedCase(dump, roll, train)
+
+
+def _identity(case: JudgedCase) -> Identity:
+    d = case.dump
+    b, t = d.rollout.shape
+    ids = d.responses if d.responses is not None else torch.zeros((b, t), dtype=torch.int64)
+    rows = tuple(tuple(int(x) for x in row) for row in ids.tolist())
+    mask = tuple(tuple(int(x) for x in row) for row in d.mask.to(torch.int64).tolist())
+    return Identity(
+        checkpoint_id="external:unknown",
+        model_version="external:unknown",
+        tokenizer_id="external:unknown",
+        tokenizer_policy="verl response layout [B, response_len]; token ids "
+        + ("from the dump" if d.responses is not None else "not dumped (zeros)"),
+        token_ids=rows,
+        selected_token_ids=rows,
+        active_mask=mask,
+        attention_mask=mask,
+        position_ids=tuple(tuple(range(t)) for _ in range(b)),
+        pre_update_state="as dumped by the producing system",
+        cache_metadata="{}",
+        packing_metadata="{}",
+        scoring_mode="decode",
+        recipe=canonical_json({"kind": "judge", "file": d.path, "sha256": d.sha256}),
+    )
+
+
+def canonical_json(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _score(case: JudgedCase, side: str, identity: Identity, inputs: FrozenInputs) -> SideScore:
+    d = case.dump
+    before = d.sha256
+    after = sha256_path(Path(d.path))  # the file did not change while it was judged
+    return SideScore(
+        logprobs=(d.rollout if side == "rollout" else d.training).clone(),
+        scored_token_ids=inputs.token_ids.clone(),
+        scored_selected_ids=inputs.selected_token_ids.clone(),
+        scored_active_mask=inputs.active_mask.clone(),
+        evidence=ReadOnlyEvidence(
+            state_digest_before=before,
+            state_digest_after=after,
+            mode_restored=True,
+            used_kv_cache=False,
+            generated_tokens=False,
+        ),
+        identity_digest=identity.digest(),
+    )
+
+
+def _inputs(identity: Identity) -> FrozenInputs:
+    from xconf.runner import frozen_inputs
+
+    return frozen_inputs(identity)
+
+
+def _plan_row(index: int, case: JudgedCase) -> dict[str, Any]:
+    return {
+        "case_id": case.case_id,
+        "index": index,
+        "kind": "judged",
+        "changed": {"dump": case.dump.name},
+        "knobs": {
+            "rollout.dtype": case.rollout_dtype,
+            "training.compute_dtype": case.training_dtype,
+        },
+        "operators": {"rollout": "external", "training": "external"},
+    }
+
+
+def header(experiment_id: str, cases: Sequence[JudgedCase]) -> dict[str, Any]:
+    contract = load_contract()
+    return {
+        "schema": PLAN_SCHEMA,
+        "experiment_id": experiment_id,
+        "scenario_id": "judge",
+        "scenario": {"level": "judge", "device": "external", "tool": JUDGE_VERSION},
+        "identity_sha256": canonical_digest({c.case_id: c.dump.sha256 for c in cases}),
+        "contract": {"version": contract.version, "sha256": contract.sha256, "source": "xconf"},
+    }
+
+
+def judge_cases(
+    store: ExperimentStore, cases: Sequence[JudgedCase], *, resume: bool = True
+) -> RunSummary:
+    """Publish the plan, then judge and seal every case (a sealed identical one is reused)."""
+    started = time.perf_counter()
+    contract = load_contract()
+    store.publish_plan(
+        header(store.experiment_id, cases), [_plan_row(i, c) for i, c in enumerate(cases)]
+    )
+    summary = RunSummary(store.experiment_id, str(store.path))
+    for index, case in enumerate(cases):
+        case_started = time.perf_counter()
+        identity = _identity(case)
+        key = canonical_digest(
+            {
+                "case": case.case_id,
+                "identity": identity.digest(),
+                "dump": case.dump.sha256,
+                "dtypes": [case.rollout_dtype, case.training_dtype],
+                "comparison": contract.identity(),
+                "tensors": TENSOR_SCHEMA,
+                "judge": JUDGE_VERSION,
+            }
+        )
+        reusable = store.find_reusable(case.case_id, key) if resume else None
+        if reusable is not None:
+            doc = read_json(reusable.path / "comparison.json")
+            summary.records.append(_record(index, case, reusable.attempt_id, doc, reused=True))
+            continue
+        inputs = _inputs(identity)
+        threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
+        rollout = _score(case, "rollout", identity, inputs)
+        training = _score(case, "training", identity, inputs)
+        outcome = compare(inputs, identity.digest(), rollout, training, threshold, contract)
+        outcome.document.update(
+            case_id=case.case_id,
+            rollout_dtype=case.rollout_dtype,
+            training_dtype=case.training_dtype,
+        )
+        documents = _documents(index, case, identity, outcome.document)
+        documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
+        tensors = {
+            "score_rollout.safetensors": _tensors(rollout),
+            "score_training.safetensors": _tensors(training),
+            "token_diffs.safetensors": outcome.token_diffs,
+        }
+        published = store.publish_attempt(
+            case.case_id, key, documents, tensors, outcome.document["result"]
+        )
+        summary.records.append(
+            _record(index, case, published.attempt_id, outcome.document, reused=False)
+        )
+    summary.seconds["total"] = time.perf_counter() - started
+    return summary
+
+
+def _tensors(score: SideScore) -> dict[str, torch.Tensor]:
+    from xconf.runner import _score_tensors
+
+    return _score_tensors(score)
+
+
+def _documents(
+    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any]
+) -> dict[str, Any]:
+    d = case.dump
+    row = _plan_row(index, case)
+    return {
+        "requested.json": {
+            "case_id": case.case_id,
+            "knobs": row["knobs"],
+            "changed": row["changed"],
+            "operators": row["operators"],
+        },
+        "materialized.json": {
+            "runtime_kind": RUNTIME_KIND,
+            "case_id": case.case_id,
+            "source": {"file": d.path, "sha256": d.sha256},
+            "note": "logprobs computed by another system; its engines were not observed",
+        },
+        "actual.json": {
+            "sides": {},
+            "dump": {
+                "file": d.path,
+                "sha256": d.sha256,
+                "shape": list(d.rollout.shape),
+                "source_dtypes": dict(d.source_dtypes),
+                "declared": dict(d.declared),
+                "token_ids": d.responses is not None,
+            },
+        },
+        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
+        "comparison.json": comparison,
+    }
+
+
+def _record(
+    index: int, case: JudgedCase, attempt_id: str, doc: dict[str, Any], *, reused: bool
+) -> CaseRecord:
+    diff = doc.get("diff") or {}
+    return CaseRecord(
+        case_id=case.case_id,
+        label=f"dump={case.dump.name} ({case.rollout_dtype}/{case.training_dtype})",
+        kind="judged",
+        attempt_id=attempt_id,
+        result=doc["result"],
+        reused=reused,
+        active_tokens=int(doc.get("active_tokens") or 0),
+        mismatches=int(doc.get("mismatches") or 0),
+        max_abs_diff=diff.get("max"),
+        p99_abs_diff=diff.get("p99"),
+        reason=doc.get("reason"),
+    )

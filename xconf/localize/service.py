@@ -1,0 +1,126 @@
+"""``localize_case``: the whole localization of one case, from run directory to artifact."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xconf.localize.analysis import (
+    FACTOR,
+    MIN_FLOOR,
+    TapResult,
+    analyse,
+    first_divergence,
+    verdict_line,
+)
+from xconf.localize.artifact import LOCALIZE_SCHEMA, publish
+from xconf.localize.inputs import load_inputs
+from xconf.localize.names import name_map, taps
+from xconf.localize.replay import (
+    architecture,
+    check_replayable,
+    num_layers,
+    refreeze,
+    runtime_for,
+    score_side,
+)
+
+FLOOR_DEFINITION = (
+    "per tap, the largest of: the baseline case's rollout side against its training side, "
+    "and each baseline side scored twice; a tap diverges when the case's rollout-vs-training "
+    f"relative L2 difference exceeds {FACTOR:g} x max(floor, {MIN_FLOOR:g})"
+)
+
+
+@dataclass(frozen=True)
+class Localization:
+    document: dict[str, Any]
+    path: Path
+    line: str
+
+
+def _tap_row(result: TapResult, names: Any, flavours: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": result.tap.key,
+        "label": result.tap.label,
+        "kind": result.tap.kind,
+        "layer": result.tap.layer,
+        "modules": {side: names.module(f, result.tap).module for side, f in flavours.items()},
+        "case_relative": result.case.relative,
+        "case_max_abs": result.case.max_abs,
+        "baseline_cross": result.baseline_cross,
+        "rollout_repeat": result.rollout_repeat,
+        "training_repeat": result.training_repeat,
+        "floor": result.floor,
+        "ratio": result.ratio,
+        "above": result.above,
+    }
+
+
+def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> Localization:
+    """Localize ``case_id`` of ``run_dir``; ``adapter`` defaults to the run's runtime."""
+    started = time.perf_counter()
+    inputs = load_inputs(Path(run_dir), case_id)
+    check_replayable(inputs.case)
+    adapter = adapter if adapter is not None else runtime_for(inputs.runtime_kind)
+    identity = refreeze(adapter, inputs.identity)
+    names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
+    layers = num_layers(adapter)
+    tap_list = taps(layers)
+    base, case = inputs.baseline, inputs.case
+    rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
+    rollout_case = (
+        rollout_base
+        if case.case_id == base.case_id
+        else score_side(adapter, case, "rollout", identity, names, tap_list, 1)
+    )
+    training_base = score_side(adapter, base, "training", identity, names, tap_list, 2)
+    training_case = (
+        training_base
+        if case.case_id == base.case_id
+        else score_side(adapter, case, "training", identity, names, tap_list, 1)
+    )
+    results = analyse(
+        tap_list,
+        (rollout_base.passes[0], rollout_base.passes[1]),
+        (training_base.passes[0], training_base.passes[1]),
+        rollout_case.passes[0],
+        training_case.passes[0],
+    )
+    flavours = {"rollout": rollout_case.flavour, "training": training_case.flavour}
+    first = first_divergence(results)
+    line = verdict_line(first)
+    document = {
+        "schema": LOCALIZE_SCHEMA,
+        "experiment_id": inputs.store.experiment_id,
+        "case_id": case.case_id,
+        "attempt_id": inputs.attempt_id,
+        "baseline_case_id": base.case_id,
+        "changed": dict(case.changed),
+        "identity_sha256": identity.digest(),
+        "runtime_kind": inputs.runtime_kind,
+        "architecture": names.architecture,
+        "checkpoint_sha256": adapter.record.checkpoint_sha256,
+        # A sha256 checkpoint id was checked against the rebuilt weights when re-freezing;
+        # any other id cannot prove the weights are the run's.
+        "checkpoint_verified": identity.checkpoint_id.startswith("sha256:"),
+        "num_layers": layers,
+        "scoring": {
+            "mode": identity.scoring_mode,
+            "requests": "one at a time",
+            "selected_logprob_operator": "native",
+            "positions": "0 .. T-2 of every frozen sample",
+        },
+        "factor": FACTOR,
+        "min_floor": MIN_FLOOR,
+        "floor_definition": FLOOR_DEFINITION,
+        "taps": [_tap_row(r, names, flavours) for r in results],
+        "first_divergence": None if first is None else _tap_row(first, names, flavours),
+        "sides": flavours,
+        "line": line,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    published = publish(inputs.store.path, case.case_id, inputs.attempt_id, document)
+    return Localization({**document, "localize_id": published.localize_id}, published.path, line)

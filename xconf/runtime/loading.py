@@ -1,0 +1,145 @@
+"""Runtime adapters from their config group: ``conf/runtime/<name>.yaml`` plus overrides.
+
+The adapter is built with ``hydra.utils.instantiate`` (``_target_`` names its class; the
+core never imports an adapter module). Its options are checked against the class's
+signature first, so an option the adapter does not take (``+runtime.model_path=x``) is a
+coded ``runtime.unknown_option`` naming the key (exit 2), never a ``TypeError`` traceback.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xconf.errors import ConfigError, XconfError
+
+# Keys a runtime config may hold that are not constructor options.
+NON_OPTION_KEYS = ("_target_", "name")
+_ABSENT = object()
+
+
+def hydra_target(target: str) -> str:
+    """``"pkg.module:Class"`` (xconf's spelling) as Hydra's dotted ``"pkg.module.Class"``."""
+    return target.replace(":", ".")
+
+
+def load_runtime_config(conf_root: Path, name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``<conf_root>/runtime/<name>.yaml`` (``cpu-smoke`` and ``cpu_smoke`` both work) with
+    the command line's ``runtime.KEY=VALUE`` / ``+runtime.KEY=VALUE`` overrides applied."""
+    file = conf_root / "runtime" / f"{name.replace('-', '_')}.yaml"
+    if not file.is_file():
+        available = sorted(p.stem for p in (conf_root / "runtime").glob("*.yaml"))
+        raise ConfigError(
+            "config.unknown_runtime",
+            f"unknown runtime '{name}'; available: {', '.join(available)}",
+            "runtime",
+        )
+    config = OmegaConf.load(file)
+    if not isinstance(config, DictConfig):
+        raise ConfigError("runtime.not_a_mapping", f"{file} must hold a mapping", "runtime")
+    apply_overrides(config, overrides)
+    return config
+
+
+def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
+    """Hydra override grammar, restricted to ``runtime.*``: ``k=v`` changes an existing
+    option, ``+k=v`` adds one, ``++k=v`` sets either way."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for text in overrides:
+        try:
+            (override,) = OverridesParser.create().parse_overrides([text])
+        except HydraException as exc:
+            raise ConfigError("runtime.bad_override", str(exc).splitlines()[0], text) from exc
+        key = override.key_or_group
+        if not key.startswith("runtime.") or override.is_delete() or override.is_sweep_override():
+            raise ConfigError(
+                "runtime.bad_override",
+                f"'{text}': `xconf run` takes runtime options only, as runtime.KEY=VALUE "
+                "or +runtime.KEY=VALUE (experiment settings belong in the experiment file)",
+                key,
+            )
+        option = key.removeprefix("runtime.")
+        exists = OmegaConf.select(config, option, default=_ABSENT) is not _ABSENT
+        if override.is_add() and exists:
+            raise ConfigError(
+                "runtime.bad_override", f"'{key}' already exists: drop the '+' to change it", key
+            )
+        if not exists and not (override.is_add() or override.is_force_add()):
+            raise _unknown(str(config.get("_target_", "?")), [option])
+        OmegaConf.update(config, option, override.value(), merge=True, force_add=True)
+
+
+def _unknown(target: str, options: Sequence[str]) -> ConfigError:
+    keys = ", ".join(f"runtime.{o}" for o in options)
+    return ConfigError(
+        "runtime.unknown_option",
+        f"the runtime {target} has no option {keys}",
+        f"runtime.{options[0]}",
+    )
+
+
+def check_options(factory: Any, target: str, options: Mapping[str, Any]) -> None:
+    """Every option must be a parameter of ``factory``, and every required one given."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    params = signature.parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+        unknown = sorted(k for k in options if k not in names)
+        if unknown:
+            raise _unknown(target, unknown)
+    missing = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        and p.name not in options
+    ]
+    if missing:
+        raise ConfigError(
+            "runtime.missing_option",
+            f"the runtime {target} needs option(s) {', '.join('runtime.' + m for m in missing)}",
+            f"runtime.{missing[0]}",
+        )
+
+
+def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
+    """Build the adapter named by ``_target_`` with ``hydra.utils.instantiate``."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import get_object, instantiate
+
+    plain = (
+        OmegaConf.to_container(config, resolve=True)
+        if isinstance(config, DictConfig)
+        else dict(config)
+    )
+    if not isinstance(plain, dict):
+        raise ConfigError(
+            "runtime.not_a_mapping", "the runtime config must be a mapping", "runtime"
+        )
+    target = plain.get("_target_")
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigError("runtime.no_target", "the runtime config names no _target_", "runtime")
+    options = {str(k): v for k, v in plain.items() if k not in NON_OPTION_KEYS}
+    try:
+        factory = get_object(hydra_target(target))
+    except ImportError as exc:
+        raise ConfigError(
+            "runtime.unknown_target", f"cannot import runtime '{target}': {exc}", "runtime._target_"
+        ) from exc
+    check_options(factory, target, options)
+    try:
+        return instantiate({"_target_": hydra_target(target), **options}, _convert_="all")
+    except InstantiationException as exc:
+        # The adapter's own typed error (bad option value, ...) keeps its code and path.
+        if isinstance(exc.__cause__, XconfError):
+            raise exc.__cause__ from None
+        raise
