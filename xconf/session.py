@@ -22,6 +22,7 @@ from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.planner import plan_experiment
+from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 from xconf.schema import PLAN_SCHEMA, ExperimentSpec
 from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
@@ -106,7 +107,9 @@ def run_prepared(
     on_case: Any = None,
     case_ids: set[str] | None = None,
     case_timeout_s: float | None = None,
+    output: OutputPolicy | None = None,
 ) -> RunSummary:
+    """``output``: where third-party output goes while cases run (``None``: untouched)."""
     scenario_device = prepared.execution.plan.spec.scenario.device
     if scenario_device != adapter.device:
         raise ConfigError(
@@ -131,10 +134,11 @@ def run_prepared(
         on_case=on_case,
         case_timeout_s=case_timeout_s,
     )
-    try:
-        return runner.run(case_ids)
-    finally:
-        adapter.close()
+    with third_party_output(prepared.store.path, output):
+        try:
+            return runner.run(case_ids)
+        finally:
+            adapter.close()
 
 
 def exit_code(records: list[CaseRecord]) -> int:
@@ -232,13 +236,15 @@ def run(
     resume: bool,
     case_timeout_s: float | None,
     view: View | None,
+    verbose: bool = False,
     localize: bool = False,
 ) -> Outcome:
     """Plan, score every case on both sides, judge, seal; then the verdict and the report.
 
     ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
-    sweep's parent gathers and reports. ``localize``: after the verdict, localize every
-    failing case (:mod:`xconf.cli.localize`) before the report is written.
+    sweep's parent gathers and reports. Third-party output (vLLM, transformers, torch) goes
+    to ``<experiment dir>/xconf.log`` unless ``verbose``. ``localize``: after the verdict,
+    localize every failing case (:mod:`xconf.cli.localize`) before the report is written.
     """
     adapter = instantiate_runtime(runtime)
     prepared = prepare(
@@ -248,8 +254,14 @@ def run(
         device=adapter.device,
     )
     with _progress(view, len(prepared.execution.cases)) as on_case:
+        output = OutputPolicy(verbose, None if view is None else view.console)
         summary = run_prepared(
-            prepared, adapter, resume=resume, on_case=on_case, case_timeout_s=case_timeout_s
+            prepared,
+            adapter,
+            resume=resume,
+            on_case=on_case,
+            case_timeout_s=case_timeout_s,
+            output=output,
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
@@ -258,7 +270,9 @@ def run(
         from xconf.cli.localize import localize_failing
 
         def after_verdict() -> None:
-            localize_failing(summary, adapter, view.console)
+            # Localizing builds engines again: their output goes where the run's went.
+            with third_party_output(prepared.store.path, output):
+                localize_failing(summary, adapter, view.console)
 
     return conclude(summary, view, prepared, after_verdict)
 

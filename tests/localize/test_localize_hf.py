@@ -75,6 +75,7 @@ def test_clean_case_has_no_divergence_via_cli(clean_run, xconf_cli) -> None:
     rc, out, err = xconf_cli("localize", run_dir(clean_run), case_of(clean_run))
     assert rc == 0, err
     assert out.strip().splitlines()[-1].startswith("first divergence: none")
+    assert "layer 1 residual stream" in out and "[/]" not in out  # the table, verbatim
     doc = latest(run_dir(clean_run), case_of(clean_run))
     assert doc is not None
     assert doc["first_divergence"] is None and doc["checkpoint_verified"] is False

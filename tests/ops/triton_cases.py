@@ -101,6 +101,14 @@ def test_real_operator_equals_simulation_batch_invariance_and_gradients() -> Non
         logits[3:4], target[3:4], active[3:4], contract=contract, num_vocab_tiles=8, impl="triton"
     )
     assert torch.equal(_bits(alone), _bits(lp.detach()[3:4]))
+    # The same logits from a base 4 bytes off 16-byte alignment: the same code, same bits.
+    storage = torch.empty(logits.numel() + 1, dtype=logits.dtype, device=logits.device)
+    shifted = storage[1:].view_as(logits)
+    shifted.copy_(logits)
+    moved, _ = vocab_parallel_selected_logprob(
+        shifted, target, active, contract=contract, num_vocab_tiles=8, impl="triton"
+    )
+    assert torch.equal(_bits(moved), _bits(lp.detach()))
     lp.sum().backward()
     y = logits[:, :real].double().requires_grad_()
     ref = y.gather(1, target[:, None]).squeeze(1) - torch.logsumexp(y, -1)

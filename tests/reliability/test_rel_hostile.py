@@ -261,3 +261,16 @@ def test_directory_entries_print_verbatim(pristine: tuple[Path, Path], tmp_path:
     code, out = cli_output("verify", exp)
     assert code == EXIT_DAMAGED
     assert "[link=x]c-1" in out and "[b]c-2" in out, out
+
+
+def test_hostile_localization_seal_is_ignored_not_raised(tmp_path: Path) -> None:
+    """The report reads ``<run>/localize/...`` through the same seal helpers."""
+    from xconf.localize.artifact import latest
+
+    attempt = tmp_path / "localize" / "c-0123456789abcdef" / "a-0001" / "a-0001"
+    attempt.mkdir(parents=True)
+    (attempt / "COMPLETE").write_bytes(b"[" * 5000)
+    assert latest(tmp_path, "c-0123456789abcdef") is None
+    (attempt / "COMPLETE").unlink()
+    os.mkfifo(attempt / "COMPLETE")
+    assert latest(tmp_path, "c-0123456789abcdef") is None

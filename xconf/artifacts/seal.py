@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,8 @@ def sealed_result(state: AttemptState) -> str | None:
     return _str_field(state.seal if not isinstance(state, Partial) else None, "result")
 
 
-def _read_seal(path: Path) -> Mapping[str, Any] | Damaged:
+def read_seal(path: Path) -> Mapping[str, Any] | Damaged:
+    """``path/COMPLETE`` parsed (bounded, regular, an object with a ``files`` mapping)."""
     try:
         data = read_regular(path / SEAL_NAME)
     except ArtifactError as exc:
@@ -93,6 +94,33 @@ def _read_seal(path: Path) -> Mapping[str, Any] | Damaged:
     return seal
 
 
+def file_problems(path: Path, files: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """What is wrong with the sealed files of directory ``path``: entries other than
+    ``names`` and ``COMPLETE``, and each of ``names`` missing, not a bounded regular file,
+    or not matching its digest in ``files``. Shared by every sealed artifact (attempts,
+    localizations)."""
+    problems: list[str] = []
+    try:
+        present = {entry.name for entry in os.scandir(path)}
+    except OSError as exc:
+        return [f"{path.name} is not readable: {exc.strerror}"]
+    extra = sorted(present - set(names) - {SEAL_NAME})
+    if extra:
+        problems.append(f"unexpected entries {extra}")
+    for name in names:
+        try:
+            if sha256_file(path / name) != files.get(name):
+                problems.append(f"{name} does not match its seal")
+        except FileNotFoundError:
+            problems.append(f"{name} is missing")
+        except ArtifactError as exc:
+            if exc.code in ("artifacts.symlink", "artifacts.not_a_file"):
+                problems.append(f"{name} is not a regular file")
+            else:
+                problems.append(f"{name}: {exc.message}")
+    return problems
+
+
 def check_attempt(path: Path, experiment_id: str, case_id: str) -> AttemptState:
     """Check ``<...>/cases/<case_id>/<attempt>`` against its seal; never raises for damage."""
     attempt_id = path.name
@@ -106,7 +134,7 @@ def check_attempt(path: Path, experiment_id: str, case_id: str) -> AttemptState:
         return Damaged((f"attempt is not readable: {exc.strerror}",))
     if not stat.S_ISREG(seal_mode):
         return Damaged(("COMPLETE is not a regular file",))
-    seal = _read_seal(path)
+    seal = read_seal(path)
     if isinstance(seal, Damaged):
         return seal
     problems: list[str] = []
@@ -130,24 +158,7 @@ def check_attempt(path: Path, experiment_id: str, case_id: str) -> AttemptState:
         ]
     if problems:
         return Damaged(tuple(problems), seal)
-    try:
-        present = {entry.name for entry in os.scandir(path)}
-    except OSError as exc:
-        return Damaged((f"attempt is not readable: {exc.strerror}",), seal)
-    extra = sorted(present - set(files) - {SEAL_NAME})
-    if extra:
-        problems.append(f"unexpected entries {extra}")
-    for name in PAYLOAD_FILES:
-        try:
-            if sha256_file(path / name) != files[name]:
-                problems.append(f"{name} does not match its seal")
-        except FileNotFoundError:
-            problems.append(f"{name} is missing")
-        except ArtifactError as exc:
-            if exc.code in ("artifacts.symlink", "artifacts.not_a_file"):
-                problems.append(f"{name} is not a regular file")
-            else:
-                problems.append(f"{name}: {exc.message}")
+    problems = file_problems(path, files, PAYLOAD_FILES)
     if problems:
         return Damaged(tuple(problems), seal)
     # COMPLETE itself is not sealed: its result must agree with the sealed verdict.

@@ -43,6 +43,7 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
             resume=bool(cfg.resume),
             case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
             view=view,
+            verbose=bool(cfg.get("verbose", False)),
             localize=bool(cfg.get("localize")),
         )
 

@@ -35,6 +35,7 @@ def add_parser(sub: Any) -> None:
 
 def drift_table(document: dict[str, Any]) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(
         title=f"drift by tap: case {document['case_id']} vs baseline floor "
@@ -43,7 +44,7 @@ def drift_table(document: dict[str, Any]) -> Table:
     for column in ("tap", "relative diff", "floor", "x floor", ""):
         table.add_column(column, justify="left" if column == "tap" else "right")
     for row in document["taps"]:
-        mark = "[bold red]above[/]" if row["above"] else ""
+        mark = Text("above", style="bold red") if row["above"] else Text("")
         table.add_row(
             row["label"],
             f"{row['case_relative']:.3g}",

@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-resume", action="store_true", help="score again even if sealed")
     run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show vLLM/transformers/torch output on the terminal (default: <run>/xconf.log)",
+    )
+    run.add_argument(
         "--case-timeout",
         type=float,
         default=None,
@@ -86,6 +91,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
         resume=not args.no_resume,
         case_timeout_s=args.case_timeout,
         view=view,
+        verbose=args.verbose,
         localize=args.localize,
     )
 

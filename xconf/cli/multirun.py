@@ -163,6 +163,7 @@ def _run_case(cfg: DictConfig) -> dict[str, Any]:
         resume=bool(cfg.resume),
         case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
         view=None,
+        verbose=bool(cfg.get("verbose", False)),
     )
     summary = outcome.summary
     if summary is None:  # session.run always returns its summary; a type guard only

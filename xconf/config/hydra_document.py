@@ -17,6 +17,7 @@ APP_KEYS = frozenset(
         "resume",
         "runtime",
         "case_timeout_s",
+        "verbose",
         "localize",
     }
 )

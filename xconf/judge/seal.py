@@ -10,7 +10,6 @@ while it was judged), and ``materialized.json`` says the engines were not observ
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,12 +19,13 @@ from typing import Any
 import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
+from xconf.canonical import canonical_digest, canonical_json
 from xconf.comparison import compare
 from xconf.contract.loader import load_contract
 from xconf.judge.dumps import Dump, JudgeError, sha256_path
 from xconf.runner import TENSOR_SCHEMA, CaseRecord, RunSummary
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
-from xconf.schema import PLAN_SCHEMA, Identity, canonical_digest, is_safe_id
+from xconf.schema import PLAN_SCHEMA, Identity, is_safe_id
 
 JUDGE_VERSION = "xconf-judge.v1"
 RUNTIME_KIND = "judge"
@@ -94,12 +94,10 @@ def _identity(case: JudgedCase) -> Identity:
         cache_metadata="{}",
         packing_metadata="{}",
         scoring_mode="decode",
-        recipe=canonical_json({"kind": "judge", "file": d.path, "sha256": d.sha256}),
+        recipe=canonical_json(
+            {"kind": "judge", "file": d.path, "sha256": d.sha256}, allow_nan=False
+        ),
     )
-
-
-def canonical_json(doc: Any) -> str:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _score(case: JudgedCase, side: str, identity: Identity, inputs: FrozenInputs) -> SideScore:

@@ -10,13 +10,13 @@ Reading it back (:func:`latest`) is torch-free, for the report.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import read_regular, sha256_file
+from xconf.artifacts.layout import read_json
 from xconf.artifacts.safe_io import allocate_attempt_dir, publish_bytes, real_dir
+from xconf.artifacts.seal import Damaged, file_problems, read_seal
 from xconf.errors import XconfError
 
 LOCALIZE_SCHEMA = "xconf.localize.v1"
@@ -90,18 +90,16 @@ def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, A
 
 
 def _sealed_document(path: Path) -> dict[str, Any] | None:
-    try:
-        seal = json.loads((read_regular(path / SEAL) or b"").decode("utf-8"))
-        files = dict(seal["files"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, OSError, XconfError):
+    """The document of a localization whose seal verifies (the artifact store's seal
+    helpers: bounded regular files, depth-bounded JSON, digests), else None."""
+    seal = read_seal(path)
+    if isinstance(seal, Damaged) or seal.get("schema") != SEAL_SCHEMA:
         return None
-    if seal.get("schema") != SEAL_SCHEMA or set(files) != set(FILES):
+    if set(seal["files"]) != set(FILES) or file_problems(path, seal["files"], FILES):
         return None
     try:
-        if any(sha256_file(path / name) != files[name] for name in FILES):
-            return None
-        document = json.loads((read_regular(path / "localize.json") or b"").decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, XconfError):
+        document = read_json(path / "localize.json")
+    except (OSError, XconfError):
         return None
     return document if isinstance(document, dict) else None
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xconf.canonical import canonical_json
 from xconf.errors import XconfError
 from xconf.localize.capture import Recorder, Rows
 from xconf.localize.errors import LocalizeError
@@ -45,7 +46,7 @@ def refreeze(adapter: Any, sealed: Identity) -> Identity:
             active_mask=(),
             attention_mask=(),
             position_ids=(),
-            recipe=json.dumps(recipe, sort_keys=True, separators=(",", ":")),
+            recipe=canonical_json(recipe),
         )
     frozen = adapter.freeze_identity(identity)
     if frozen.digest() != sealed.digest():

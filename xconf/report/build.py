@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.report import stats
-from xconf.report.loader import CaseRecord, RunRecord, load_run
+from xconf.report.loader import RunRecord, StoredCase, load_run
 from xconf.report.model import (
     REPORT_SCHEMA,
     RESULTS,
@@ -108,7 +108,7 @@ def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _case_report(case: CaseRecord, factory: DecoderFactory) -> CaseReport:
+def _case_report(case: StoredCase, factory: DecoderFactory) -> CaseReport:
     row = case.plan_row
     payload = case.payload
     recorded = payload.requested.get("changed") if payload else None
@@ -200,7 +200,7 @@ def _str(value: Any) -> str | None:
 
 
 def _result(
-    case: CaseRecord, comparison: Mapping[str, Any], problems: list[str]
+    case: StoredCase, comparison: Mapping[str, Any], problems: list[str]
 ) -> tuple[str, str | None]:
     if not case.attempts:
         return "not_run", "no attempt on disk"

@@ -95,7 +95,10 @@ class AttemptPayload:
 
 
 @dataclass(frozen=True)
-class CaseRecord:
+class StoredCase:
+    """One case as found on disk: its attempts and the one the report shows (a run's
+    verdict rows are ``xconf.runner.CaseRecord``)."""
+
     case_id: str
     plan_row: PlanRow | None
     attempts: tuple[AttemptRecord, ...]  # oldest first
@@ -109,7 +112,7 @@ class RunRecord:
     experiment_id: str
     header: Mapping[str, Any]
     plan: tuple[PlanRow, ...]
-    cases: tuple[CaseRecord, ...]
+    cases: tuple[StoredCase, ...]
     problems: tuple[str, ...]
 
 
@@ -238,7 +241,7 @@ def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
     return tuple(rows), problems
 
 
-def _load_case(case_dir: Path, experiment_id: str, plan_row: PlanRow | None) -> CaseRecord:
+def _load_case(case_dir: Path, experiment_id: str, plan_row: PlanRow | None) -> StoredCase:
     attempts: list[AttemptRecord] = []
     if case_dir.is_dir() and not case_dir.is_symlink():
         for entry in sorted(os.scandir(case_dir), key=lambda e: _attempt_order(e.name)):
@@ -252,7 +255,7 @@ def _load_case(case_dir: Path, experiment_id: str, plan_row: PlanRow | None) -> 
             attempts.append(AttemptRecord(entry.name, path, seal))
     chosen = next((a for a in reversed(attempts) if a.seal.verified), None)
     payload = load_payload(chosen.path) if chosen is not None else None
-    return CaseRecord(case_dir.name, plan_row, tuple(attempts), chosen, payload)
+    return StoredCase(case_dir.name, plan_row, tuple(attempts), chosen, payload)
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
@@ -305,7 +308,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
         if case_id not in by_id:
             problems.append(f"case {case_id} has attempts but no plan.jsonl row")
     seen: set[str] = set()
-    cases: list[CaseRecord] = []
+    cases: list[StoredCase] = []
     for case_id in order:
         if case_id in seen:
             problems.append(f"plan.jsonl lists case {case_id} more than once")

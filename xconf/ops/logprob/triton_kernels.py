@@ -106,6 +106,15 @@ def available() -> str | None:
     return None
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with a 16-byte aligned base (copied if not). Triton specializes a kernel on
+    its pointers' alignment, and the layout it then picks sets the order of the in-block
+    reduction: a row scored from an offset view must run the same code as the same row in
+    an aligned batch. The other arguments (strides, widths, tile counts) are functions of
+    the contract's tile width on the deterministic path, so they specialize alike."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def _rows_input(x: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise LogprobValidationError(
@@ -116,7 +125,7 @@ def _rows_input(x: torch.Tensor) -> torch.Tensor:
         )
     if x.shape[1] > 1 and x.stride(1) != 1:
         x = x.contiguous()
-    return x
+    return _aligned(x)
 
 
 @dataclass(frozen=True)
@@ -160,8 +169,8 @@ class TritonKernel:
 
     def merge_lse(self, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The LSE of every row of ``[rows, tiles]`` fp32 partials, merged in column order."""
-        m = m.to(torch.float32).contiguous()
-        s = s.to(torch.float32).contiguous()
+        m = _aligned(m.to(torch.float32).contiguous())
+        s = _aligned(s.to(torch.float32).contiguous())
         rows, tiles = m.shape
         lse = torch.empty(rows, dtype=torch.float32, device=m.device)
         if rows:
