@@ -96,8 +96,8 @@ def end_descendants(grace_s: float = 3.0) -> int:
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn the first SIGINT/SIGTERM into :class:`Interrupted`; a second one ends everything.
+def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Turn the first of ``signals`` into :class:`Interrupted`; a second one ends everything.
 
     Only the main thread may install handlers; elsewhere this is a no-op.
     """
@@ -114,7 +114,7 @@ def stop_on_signals() -> Iterator[None]:
         end_processes(descendants(), grace_s=0.5)
         os._exit(128 + signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:

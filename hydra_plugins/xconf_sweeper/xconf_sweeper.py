@@ -86,8 +86,9 @@ class XconfSweeper(Sweeper):
         return result.returns
 
     def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """In-process and torchrun launchers size each job themselves. Slurm jobs are
-        submitted in groups of equal world size, each group with its own task count."""
+        """In-process and torchrun launchers size each job themselves. Submitit (Slurm, local)
+        jobs are submitted in groups of equal world size, each sized against the node shape
+        (launcher config, else ``sinfo``)."""
         if (
             self.launcher is None
             or self.config is None
@@ -95,14 +96,31 @@ class XconfSweeper(Sweeper):
             or self.task_function is None
         ):
             raise RuntimeError("XconfSweeper used before setup")
-        if "submitit" not in str(self.config.hydra.launcher.get("_target_", "")):
+        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
+            BaseSubmititLauncher,
+        )
+
+        if not isinstance(self.launcher, BaseSubmititLauncher):
             return self.launcher.launch(batch, initial_job_idx=initial_job_idx)
         from hydra.core.plugins import Plugins
 
-        from xconf.launchers.submitit_resources import group_jobs_with_loader
+        from xconf.launchers.submitit_resources import group_jobs_with_loader, node_shape
 
+        declared = dict(getattr(self.launcher, "node_declared", {}))
+        params = self.launcher.params
+        if self.launcher._EXECUTOR == "local":
+            import os
+
+            # The local executor runs every task on this machine: its node is this machine.
+            declared = {"node_cpus": os.cpu_count() or 1, "node_gpus": 0, "node_count": 1}
+        node = node_shape(declared, params.get("partition"))
+        cpus_per_task = params.get("cpus_per_task")  # the user's, never overwritten
         groups = group_jobs_with_loader(
-            self.hydra_context.config_loader.load_sweep_config, self.config, batch
+            self.hydra_context.config_loader.load_sweep_config,
+            self.config,
+            batch,
+            node,
+            cpus_per_task,
         )
         returns: list[JobReturn | None] = [None] * len(batch)
         next_idx = initial_job_idx

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
+from tests.conftest import S3_JSON
+from xconf.config.strict import load_experiment_file
 from xconf.launchers.errors import LaunchError, TopologyError
 from xconf.launchers.slurm_rank import port_for_job
-from xconf.launchers.submitit_resources import group_jobs
+from xconf.launchers.submitit_resources import NodeShape, group_jobs, node_shape
+from xconf.planner import plan_experiment
 
 
 def test_groups_keep_sweep_order_and_split_cores() -> None:
@@ -58,3 +63,78 @@ def test_port_for_job_is_stable_and_bounded() -> None:
     assert port_for_job("12_3") == port_for_job("123")
     with pytest.raises(LaunchError):
         port_for_job("abc")
+
+
+def _nested(knobs: dict) -> dict:
+    out: dict = {}
+    for path, value in knobs.items():
+        node = out
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _s3_groups(node: NodeShape, cpus_per_task: int | None = None) -> list:
+    plan = plan_experiment(load_experiment_file(S3_JSON))
+    overrides = [[case.label()] for case in plan.cases]
+    configs = [_nested(case.knob_dict()) for case in plan.cases]
+    return group_jobs(overrides, configs, node, cpus_per_task)
+
+
+TWO_BY_EIGHT = NodeShape(cpus=64, gpus=8, nodes=2)
+
+
+def test_s3_on_two_nodes_of_eight_gpus_plans_two_nodes_of_eight_tasks(tmp_path: Path) -> None:
+    import submitit
+
+    groups = _s3_groups(TWO_BY_EIGHT)
+    # TP4 x CP4 = 16 ranks for nine cases; TP=1 or CP=1 leaves 4 ranks (one node, 4 GPUs).
+    assert [(g.world_size, len(g.job_indices)) for g in groups] == [(16, 9), (4, 2)]
+    big, small = groups
+    assert big.resources() == {
+        "tasks_per_node": 8,
+        "cpus_per_task": 8,
+        "nodes": 2,
+        "gpus_per_node": 8,
+    }
+    assert small.resources() == {
+        "tasks_per_node": 4,
+        "cpus_per_task": 16,
+        "nodes": 1,
+        "gpus_per_node": 4,
+    }
+    # What sbatch would get, through submitit's own executor (no cluster needed to render it).
+    executor = submitit.AutoExecutor(folder=str(tmp_path), cluster="slurm")
+    executor.update_parameters(timeout_min=5, **big.resources())
+    script = executor._executor._make_submission_file_text("python -c pass", "uid")
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --cpus-per-task=8",
+    ):
+        assert line in script
+
+
+def test_users_cpus_per_task_is_kept_or_refused_when_the_node_is_too_small() -> None:
+    big, _ = _s3_groups(TWO_BY_EIGHT, cpus_per_task=4)
+    assert big.cpus_per_task == 4
+    with pytest.raises(TopologyError) as info:
+        _s3_groups(TWO_BY_EIGHT, cpus_per_task=16)  # 8 tasks x 16 > 64 CPUs
+    assert info.value.code == "launch.slurm.cpus_exceed_node"
+    assert info.value.path == "hydra.launcher.cpus_per_task"
+
+
+def test_a_world_needing_more_nodes_than_the_partition_has_is_refused() -> None:
+    with pytest.raises(TopologyError) as info:
+        _s3_groups(NodeShape(cpus=64, gpus=8, nodes=1))
+    assert info.value.code == "launch.slurm.world_too_large"
+
+
+def test_node_shape_comes_from_the_launcher_config() -> None:
+    declared = {"node_cpus": 64, "node_gpus": 8, "node_count": 2, "max_tasks_per_node": None}
+    assert node_shape(declared, None, ask_slurm=False) == TWO_BY_EIGHT
+    with pytest.raises(TopologyError):
+        node_shape({"node_gpus": 8}, None, ask_slurm=False)

@@ -89,7 +89,13 @@ class HeldRuntime(CpuSmokeRuntime):
 
         hold = Path(self.hold)
         if case.case.knob_dict().get("batch.size") == self.hold_batch_size and hold.exists():
-            Path(f"{hold}.{os.getpid()}.started").write_text("", "utf-8")
+            # The Slurm job id, where there is one: the fault tests scancel it.
+            # "<array>_<task> <raw id>": scancel takes the first, slurmstepd shows the second.
+            raw = os.environ.get("SLURM_JOB_ID", "")
+            array = os.environ.get("SLURM_ARRAY_JOB_ID")
+            task = os.environ.get("SLURM_ARRAY_TASK_ID")
+            job = f"{array}_{task} {raw}" if array and task else (f"{raw} {raw}" if raw else "")
+            Path(f"{hold}.{os.getpid()}.started").write_text(job, "utf-8")
             while hold.exists():
                 time.sleep(0.05)
         return super().build_engine(binding, case)

@@ -8,6 +8,7 @@ job starts, launches the jobs in batches and gathers their verdicts; the job sid
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -43,13 +44,21 @@ def _record(job: Any, ret: JobReturn) -> Any:
         values = {k: v for k, v in ret.return_value.items() if k in CaseRecord.__dataclass_fields__}
         return CaseRecord(**{**values, "label": job.label})
     reason = (
-        f"job failed: {ret._return_value!r}"
+        _failure(ret._return_value)
         if ret.status == JobStatus.FAILED
         else ("job returned no verdict")
     )
     return CaseRecord(
         job.case_id, job.label, "error", "-", "error", False, 0, 0, None, None, reason
     )
+
+
+def _failure(value: Any) -> str:
+    from xconf.errors import XconfError
+
+    if isinstance(value, XconfError):  # a coded launch error: say its code, not its repr
+        return f"job failed ({value.code}): {value.message}"
+    return f"job failed: {value!r}"
 
 
 def run_sweep(
@@ -117,13 +126,33 @@ def run_sweep_job(cfg: DictConfig) -> dict[str, Any]:
 
     Raises on invalid input so the launcher reports the job as failed, never the sweep.
     """
-    from xconf.config.hydra_document import experiment_document
-    from xconf.config.strict import parse_experiment
     from xconf.launchers.rank import join_world
-    from xconf.runtime.deadline import check_case_timeout
 
     # Under a multi-task Slurm job this joins the job's world; torchrun ranks already are in one.
     join_world()
+    with _job_stop_signals():
+        return _run_case(cfg)
+
+
+def _job_stop_signals() -> AbstractContextManager[None]:
+    """In a submitit job, scancel's SIGTERM and the time-limit SIGUSR2 stop the case without a
+    verdict (the job ends without a result and the sweep records it as a failed job), instead
+    of submitit's handlers raising an error the runner would seal as the case's verdict."""
+    import os
+    import signal
+
+    from xconf.interrupts import stop_on_signals
+
+    if "SUBMITIT_EXECUTOR" not in os.environ:
+        return nullcontext()
+    return stop_on_signals((signal.SIGTERM, signal.SIGUSR2))
+
+
+def _run_case(cfg: DictConfig) -> dict[str, Any]:
+    from xconf.config.hydra_document import experiment_document
+    from xconf.config.strict import parse_experiment
+    from xconf.runtime.deadline import check_case_timeout
+
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
     spec = replace(spec, interventions=(), pairwise_paths=(), strategy="one_at_a_time")
     outcome = session.run(
