@@ -6,7 +6,7 @@ import json
 
 from tests.conftest import S0_JSON, S3_JSON, snapshot
 from xconf.contract.loader import load_contract
-from xconf.knobs import KNOBS
+from xconf.knobs import CONTRACT_KNOBS
 
 
 def test_s3_plan_prints_and_writes_eleven_cases(xconf_cli, tmp_path) -> None:
@@ -21,7 +21,7 @@ def test_s3_plan_prints_and_writes_eleven_cases(xconf_cli, tmp_path) -> None:
     assert rows[0]["kind"] == "baseline" and rows[0]["changed"] == {}
     for row in rows:
         assert row["case_id"] in stdout
-        assert set(row["knobs"]) == set(KNOBS)
+        assert set(row["knobs"]) == set(CONTRACT_KNOBS)  # a v1 document: the allowlist
         assert set(row) == {"case_id", "index", "kind", "changed", "knobs", "operators"}
     assert rows[0]["knobs"]["rollout.tensor_parallel_size"] == 4
     header = json.loads((experiment / "experiment.json").read_text())
