@@ -44,7 +44,15 @@ def _plain(value: Any) -> Any:
 def runtime_identity(adapter: Any) -> dict[str, Any]:
     """The adapter's ``_target_`` and its public options (its constructor's choices)."""
     cls = type(adapter)
-    options = {k: _plain(v) for k, v in sorted(vars(adapter).items()) if not k.startswith("_")}
+    # Only the constructor's choices: other public attributes (per-run timings, caches) change
+    # while the adapter runs and would make every execution key unique, so nothing resumes.
+    params = inspect.signature(cls.__init__).parameters
+    named = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    options = {
+        k: _plain(v)
+        for k, v in sorted(vars(adapter).items())
+        if not k.startswith("_") and k in named
+    }
     return {
         "target": f"{cls.__module__}:{cls.__qualname__}",
         "kind": getattr(adapter, "runtime_kind", None),
