@@ -120,7 +120,7 @@ def main(output_root: str | None = None, s0: bool = False) -> dict[str, object]:
 
         runtime: Any = CpuSmokeRuntime()
     else:
-        from xconf.adapters.real.adapter import VllmHfRuntime
+        from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
 
         runtime = VllmHfRuntime()
     _instrument()

@@ -7,9 +7,9 @@ from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError, PlanError, PlanIssue
+from xconf.experiment import Case, ExperimentPlan, OperatorChoice
 from xconf.knobs import side_dtype
-from xconf.schema import Case, ExperimentPlan, OperatorChoice
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     SIDES,
     OperatorBinding,

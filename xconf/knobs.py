@@ -279,7 +279,7 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         return choices[cleaned]
     if not cleaned:
         raise KnobValueError("expected a backend id, got an empty string")
-    from xconf.semantic_registry import normalize_backend_id  # the catalog owns backend ids
+    from xconf.operator_catalog import normalize_backend_id  # the catalog owns backend ids
 
     return normalize_backend_id(cleaned)
 

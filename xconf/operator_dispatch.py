@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 
 from xconf.errors import OperatorResolutionError
 from xconf.operator_capability import BackendCapability, Platform, check_platform
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorDescriptor,
     SemanticOperatorCatalog,

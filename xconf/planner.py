@@ -14,6 +14,7 @@ from xconf.canonical import canonical_digest
 from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
+from xconf.experiment import Case, CaseKind, ExperimentPlan, ExperimentSpec
 from xconf.knobs import (
     CONTRACT_KNOBS,
     DERIVED_KNOBS,
@@ -22,7 +23,6 @@ from xconf.knobs import (
     KnobValueError,
     normalize_value,
 )
-from xconf.schema import Case, CaseKind, ExperimentPlan, ExperimentSpec
 
 MAX_CASES = 256  # fixed framework cap; not configurable
 

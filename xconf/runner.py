@@ -25,7 +25,14 @@ from xconf.comparison import (
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
+from xconf.experiment import Identity
 from xconf.knobs import side_dtype
+from xconf.operator_catalog import (
+    SIDES,
+    OperatorSession,
+    ResolutionPolicy,
+    SemanticOperatorCatalog,
+)
 from xconf.runtime import provenance
 from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
@@ -49,13 +56,6 @@ from xconf.runtime.protocol import (
 )
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.runtime.rejudge import rejudge_attempt
-from xconf.schema import Identity
-from xconf.semantic_registry import (
-    SIDES,
-    OperatorSession,
-    ResolutionPolicy,
-    SemanticOperatorCatalog,
-)
 
 XCONF_VERSION = provenance.XCONF_VERSION
 TENSOR_SCHEMA = "xconf.tensors.v1"

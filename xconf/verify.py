@@ -52,7 +52,7 @@ from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
-from xconf.schema import is_safe_id
+from xconf.experiment import is_safe_id
 from xconf.verify_verdict import check_verdict
 
 __all__ = ["check_verdict", "main_verify", "open_run_dir", "verify_run"]

@@ -28,9 +28,9 @@ def _execution(model_cache: str) -> Any:
     from xconf.config.hydra_document import experiment_document
     from xconf.config.strict import parse_experiment
     from xconf.execution_plan import build_execution_plan
+    from xconf.experiment import Intervention
+    from xconf.operator_catalog import ResolutionPolicy, SemanticOperatorCatalog
     from xconf.planner import plan_experiment
-    from xconf.schema import Intervention
-    from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
 
     overrides = ["+experiment=s2_cpu", "identity=synthetic_s0", "training.sharding=fsdp"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -57,7 +57,7 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
         from xconf.adapters.hf.model import TrainingScorerConfig
         from xconf.adapters.hf.scorer import HFTrainingScorer
         from xconf.adapters.models import ensure_model
-        from xconf.adapters.real.adapter import VllmHfRuntime
+        from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
         from xconf.runner import frozen_inputs
 
         execution = _execution(model_cache)

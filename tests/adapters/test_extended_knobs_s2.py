@@ -11,7 +11,7 @@ import pytest
 
 from tests.adapters.conftest import needs_vllm
 from tests.adapters.test_runtime_s2 import _runtime, _spec
-from xconf.schema import Intervention
+from xconf.experiment import Intervention
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.adapters.conftest import needs_hf
-from xconf.adapters.real.hf_pair import HfPairRuntime
+from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
 
 pytestmark = needs_hf
 

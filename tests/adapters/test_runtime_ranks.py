@@ -31,8 +31,8 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
     import torch.distributed as dist
 
     from tests.adapters.test_runtime_s2 import _spec
-    from xconf.adapters.real.adapter import VllmHfRuntime
-    from xconf.schema import Intervention
+    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.experiment import Intervention
     from xconf.session import prepare, run_prepared
 
     os.environ.update(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.adapters.conftest import needs_vllm
-from xconf.schema import Intervention
+from xconf.experiment import Intervention
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -28,7 +28,7 @@ def _spec(overrides: list[str]) -> Any:
 
 
 def _runtime(model_cache: str) -> Any:
-    from xconf.adapters.real.adapter import VllmHfRuntime
+    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
 
     return VllmHfRuntime(model_cache=model_cache)
 

@@ -10,13 +10,13 @@ from xconf.config.strict import parse_experiment
 from xconf.errors import PlanError
 from xconf.execution_plan import build_execution_plan
 from xconf.operator_capability import BackendCapability
-from xconf.planner import plan_experiment
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorDescriptor,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.planner import plan_experiment
 from xconf.testing.smoke_ops import register_smoke_operators
 
 ALLOW = ResolutionPolicy(allow_smoke_operators=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from xconf.adapters.real.extended import EXTENDED
+from xconf.adapters.vllm_transformers.extended import EXTENDED
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError, PlanError
+from xconf.experiment import EXPERIMENT_SCHEMA_V2
 from xconf.knobs import CONTRACT_KNOBS, EXTENDED_KNOBS, KNOBS
 from xconf.planner import plan_experiment
-from xconf.schema import EXPERIMENT_SCHEMA_V2
 
 NEW_KNOBS = {
     "rollout.kv_cache_dtype": "engine_construction",
@@ -115,7 +115,7 @@ def test_the_shipped_v2_example_plans_and_is_refused_as_v1(tmp_path) -> None:
     from pathlib import Path
 
     from xconf.config.strict import load_experiment_file
-    from xconf.schema import EXPERIMENT_SCHEMA_V1
+    from xconf.experiment import EXPERIMENT_SCHEMA_V1
 
     example = Path(__file__).resolve().parents[2] / "examples" / "cross_config_s2_cpu_v2.json"
     plan = plan_experiment(load_experiment_file(example))

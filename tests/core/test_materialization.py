@@ -10,6 +10,7 @@ from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.config.strict import parse_experiment
 from xconf.errors import RuntimeMaterializationError
 from xconf.execution_plan import build_execution_plan
+from xconf.operator_catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.planner import plan_experiment
 from xconf.runtime.materialization import (
     apply_readback,
@@ -18,7 +19,6 @@ from xconf.runtime.materialization import (
     with_fingerprints,
 )
 from xconf.runtime.protocol import KnobApplication, RuntimeAdapter, SideBinding
-from xconf.semantic_registry import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.testing.smoke_ops import register_smoke_operators
 
 
@@ -188,7 +188,7 @@ def test_process_knobs_change_the_process_fingerprint() -> None:
 
 def test_distributed_context_feeds_the_fingerprints() -> None:
     (base,) = _bindings({})
-    from xconf.semantic_registry import OperatorBinding
+    from xconf.operator_catalog import OperatorBinding
 
     op = OperatorBinding("selected_logprob", "rollout", "native", (), "f", False, True)
     one = with_fingerprints(replace(base.rollout, distributed_context=(("world", 1),)), op, "k")

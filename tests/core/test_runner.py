@@ -11,8 +11,8 @@ from xconf import session
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.operator_capability import BackendCapability
+from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
 from xconf.ops.reference import ReferenceSelectedLogprob
-from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
 
 
 class NanOnTraining:
@@ -165,7 +165,7 @@ def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkey
 
 def test_catalog_changed_after_planning_is_a_stale_binding(s0_doc, tmp_path) -> None:
     from xconf.config.strict import parse_experiment
-    from xconf.semantic_registry import SELECTED_LOGPROB as OP
+    from xconf.operator_catalog import SELECTED_LOGPROB as OP
 
     doc = only(s0_doc, logp__backend=["xconf.reference_logp"])
     prepared = session.prepare(

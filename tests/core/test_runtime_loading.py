@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.errors import ConfigError, XconfError
+from xconf.operator_catalog import load_object
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
-from xconf.semantic_registry import load_object
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SMOKE = "xconf.adapters.cpu_smoke.adapter:CpuSmokeRuntime"

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.inputs.test_real_inputs_e2e import _spec
-from xconf.schema import Intervention
+from xconf.experiment import Intervention
 
 
 def test_checkpoint_changed_mid_run_refuses_later_engines(
     checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     from xconf.adapters.frozen import FrozenBatch, FrozenSample, build_identity
-    from xconf.adapters.real.hf_pair import HfPairRuntime
+    from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
     from xconf.session import prepare, run_prepared
 
     ckpt = tmp_path / "ckpt"

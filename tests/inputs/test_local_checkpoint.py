@@ -99,7 +99,7 @@ def test_bad_checkpoint_dirs_are_coded(checkpoints: dict[str, Path], tmp_path: P
     ],
 )
 def test_bad_model_options_are_coded(model, tokenizer, trust, code, path) -> None:
-    from xconf.adapters.real.model_options import parse_model_options
+    from xconf.adapters.vllm_transformers.model_options import parse_model_options
 
     with pytest.raises(ConfigError) as err:
         parse_model_options(model, tokenizer, trust)
@@ -107,8 +107,8 @@ def test_bad_model_options_are_coded(model, tokenizer, trust, code, path) -> Non
 
 
 def test_unknown_runtime_option_is_coded_not_a_traceback() -> None:
-    from xconf.adapters.real.adapter import VllmHfRuntime
-    from xconf.adapters.real.hf_pair import HfPairRuntime
+    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
 
     for cls in (VllmHfRuntime, HfPairRuntime):
         with pytest.raises(ConfigError) as err:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.adapters.conftest import needs_vllm
 from tests.inputs.datasets import JSONL_ROWS, write_jsonl, write_verl_parquet
-from xconf.schema import Intervention
+from xconf.experiment import Intervention
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 CONF = Path(__file__).resolve().parents[2] / "conf"

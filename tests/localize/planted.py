@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
-from xconf.adapters.real.adapter import VllmHfRuntime
-from xconf.adapters.real.hf_pair import HfPairRuntime
+from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
 from xconf.config.strict import parse_experiment
 from xconf.localize.sides import side_module
 from xconf.runner import RunSummary

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from _logprob_workers import inputs
 
-from xconf.ops.logprob.descriptors import descriptors
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
     OperatorSession,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.ops.logprob.descriptors import descriptors
 
 
 def test_descriptors_declare_the_production_backends() -> None:

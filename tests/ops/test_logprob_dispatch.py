@@ -8,11 +8,7 @@ import torch
 
 from xconf.errors import OperatorResolutionError
 from xconf.operator_capability import BackendCapability
-from xconf.operator_dispatch import select_backend
-from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
-from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
-from xconf.ops.reference import REFERENCE_ID
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
     OperatorDescriptor,
@@ -20,6 +16,10 @@ from xconf.semantic_registry import (
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.operator_dispatch import select_backend
+from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
+from xconf.ops.reference import REFERENCE_ID
 
 
 def _cap(platform: str = "cpu", **overrides: object) -> BackendCapability:

@@ -19,7 +19,7 @@ from tests.reliability.relhelpers import cli_output, s0_document, write_experime
 from tests.reliability.relruntimes import RaisingRuntime
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError
-from xconf.schema import is_safe_id
+from xconf.experiment import is_safe_id
 
 MESSAGE = "CUDA error at [/dev/nvidia0]: device lost [bold]not markup[/bold] [link=x]"
 

@@ -16,7 +16,7 @@ import pytest
 from tests.adapters.conftest import model_cache, needs_vllm
 from tests.adapters.test_runtime_s2 import _runtime, _spec
 from xconf.artifacts.store import read_json, read_tensors
-from xconf.schema import Intervention
+from xconf.experiment import Intervention
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 __all__ = ["model_cache"]  # the shared model-cache fixture, re-exported for pytest

@@ -16,7 +16,7 @@ from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.canonical import canonical_json
-from xconf.schema import Identity, ScoringMode
+from xconf.experiment import Identity, ScoringMode
 
 TOKENIZER_POLICY = "prompt_ids+response_ids; no special tokens added; right padding"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xconf.artifacts.layout import attempt_name, attempt_number, sha256_file
 from xconf.errors import ArtifactError
-from xconf.schema import is_safe_id
+from xconf.experiment import is_safe_id
 
 __all__ = ["Dir", "sha256_file"]  # sha256_file: re-exported, owned by layout
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from xconf.canonical import canonical_json
 from xconf.errors import ConfigError
-from xconf.schema import Identity
+from xconf.experiment import Identity
 
 TOKEN_FIELDS = ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
 MASK_FIELDS = frozenset({"active_mask", "attention_mask"})

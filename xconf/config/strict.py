@@ -15,8 +15,7 @@ from typing import Any
 
 from xconf.config.identity import parse_identity
 from xconf.errors import ConfigError
-from xconf.knobs import EXTENDED_KNOBS, flatten_knobs
-from xconf.schema import (
+from xconf.experiment import (
     EXPERIMENT_SCHEMA_V1,
     EXPERIMENT_SCHEMA_V2,
     ExperimentSpec,
@@ -26,6 +25,7 @@ from xconf.schema import (
     Scenario,
     is_safe_id,
 )
+from xconf.knobs import EXTENDED_KNOBS, flatten_knobs
 
 THRESHOLD_KEYS = frozenset({"threshold", "fixed_threshold", "tolerance", "atol", "rtol"})
 # Execution mode, runtime choice and authorization belong to the command line.

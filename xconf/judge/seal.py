@@ -22,10 +22,10 @@ from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
 from xconf.comparison import compare
 from xconf.contract.loader import load_contract
+from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError, sha256_path
 from xconf.runner import TENSOR_SCHEMA, CaseRecord, RunSummary
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
-from xconf.schema import PLAN_SCHEMA, Identity, is_safe_id
 
 JUDGE_VERSION = "xconf-judge.v1"
 RUNTIME_KIND = "judge"

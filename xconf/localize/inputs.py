@@ -16,8 +16,8 @@ from xconf.artifacts.layout import read_regular
 from xconf.artifacts.store import ExperimentStore
 from xconf.config.identity import parse_identity
 from xconf.errors import XconfError
+from xconf.experiment import Case, Identity
 from xconf.localize.errors import LocalizeError
-from xconf.schema import Case, Identity
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from typing import Any
 
 from xconf.canonical import canonical_json
 from xconf.errors import XconfError
+from xconf.experiment import Case, Identity
 from xconf.localize.capture import Recorder, Rows
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour, NameMap, Tap
 from xconf.localize.sides import side_module
-from xconf.schema import Case, Identity
 
 
 def runtime_for(kind: str) -> Any:
@@ -77,7 +77,7 @@ def num_layers(adapter: Any) -> int:
 def execution_case(case: Case) -> Any:
     """The case bound to the runtime-native selected-logprob operator on both sides."""
     from xconf.execution_plan import ExecutionCase
-    from xconf.semantic_registry import (
+    from xconf.operator_catalog import (
         SELECTED_LOGPROB,
         SIDES,
         OperatorBinding,

@@ -36,7 +36,11 @@ def _nothing() -> None:
 def side_module(engine: Any, side: str) -> SideModule:
     import torch
 
-    from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks, VllmRolloutSide
+    from xconf.adapters.vllm_transformers.engines import (
+        HfTrainingSide,
+        OnSideRanks,
+        VllmRolloutSide,
+    )
 
     inner = engine
     while hasattr(inner, "wrapped") or isinstance(inner, OnSideRanks):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xconf.operator_capability import BackendCapability
-from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
 
 if TYPE_CHECKING:  # the catalog loads descriptors() while planning, which needs no torch
     import torch

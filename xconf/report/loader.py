@@ -28,8 +28,8 @@ from xconf.artifacts.layout import (
 )
 from xconf.artifacts.plan_seal import plan_seal_problem
 from xconf.errors import ArtifactError
+from xconf.experiment import is_safe_id
 from xconf.report.errors import ReportError
-from xconf.schema import is_safe_id
 
 TOKEN_DIFF_KEYS = (
     "rollout_logprobs",

@@ -14,8 +14,8 @@ from dataclasses import replace
 import torch
 
 from xconf.errors import IdentityViolation
+from xconf.experiment import Identity
 from xconf.runtime.protocol import FrozenInputs, SideScore
-from xconf.schema import Identity
 
 FIELDS = ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
 

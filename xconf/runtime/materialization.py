@@ -9,8 +9,8 @@ from typing import Any
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
 from xconf.knobs import KNOBS, KnobValue
+from xconf.operator_catalog import OperatorBinding, Side
 from xconf.runtime.protocol import KnobApplication, RuntimeBinding, SideBinding
-from xconf.semantic_registry import OperatorBinding, Side
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue, Lifecycle
-from xconf.schema import Identity
-from xconf.semantic_registry import Side
+from xconf.operator_catalog import Side
 
 if TYPE_CHECKING:
     import torch

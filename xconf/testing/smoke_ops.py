@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xconf.operator_capability import BackendCapability
+from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
 from xconf.ops.reference import ReferenceSelectedLogprob
-from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
 
 if TYPE_CHECKING:  # registered while planning, which needs no torch
     import torch

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
+from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue
+from xconf.operator_catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,
@@ -16,8 +18,6 @@ from xconf.runtime.protocol import (
     planned_application,
     unsupported_application,
 )
-from xconf.schema import Identity
-from xconf.semantic_registry import Side
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase

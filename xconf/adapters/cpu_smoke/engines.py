@@ -13,11 +13,11 @@ from xconf.adapters.cpu_smoke.model import (
     build_model,
 )
 from xconf.errors import IdentityViolation, XconfError
+from xconf.experiment import Identity
 from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 from xconf.runtime.requests import batch_size_from_requests
-from xconf.schema import Identity
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}

@@ -9,7 +9,7 @@ cases ``tests/ops/test_triton_interpreter.py`` runs under Triton's interpreter i
 from __future__ import annotations
 
 from xconf.operator_capability import MASK_MODES, BackendCapability, Platform
-from xconf.semantic_registry import SELECTED_LOGPROB, OperatorDescriptor
+from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
 
 VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
 VOCAB_PARALLEL_FAST_ID = "xconf.vocab_parallel_logp_fast"

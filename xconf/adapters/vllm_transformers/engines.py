@@ -8,10 +8,10 @@ from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch
+from xconf.experiment import Identity
 from xconf.knobs import KnobValue
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 from xconf.runtime.ranks import SideGroup, from_rank0
-from xconf.schema import Identity
 
 
 def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:

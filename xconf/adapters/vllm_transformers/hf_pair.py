@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xconf.adapters.real.adapter import ADAPTER_VERSION, VllmHfRuntime
-from xconf.adapters.real.placement import process_group_context
+from xconf.adapters.vllm_transformers.adapter import ADAPTER_VERSION, VllmHfRuntime
+from xconf.adapters.vllm_transformers.placement import process_group_context
+from xconf.experiment import Identity
 from xconf.knobs import KnobValue
+from xconf.operator_catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
@@ -25,8 +27,6 @@ from xconf.runtime.protocol import (
     planned_application,
     unsupported_application,
 )
-from xconf.schema import Identity
-from xconf.semantic_registry import Side
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
@@ -47,7 +47,7 @@ class HfReferenceSide:
     """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
 
     def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
         from xconf.runtime.ranks import side_group
 
         # One unsharded reference on rank 0; the other launched ranks receive its score.

@@ -8,7 +8,7 @@ import pytest
 
 from xconf.canonical import canonical_digest, canonical_json
 from xconf.config.strict import parse_experiment
-from xconf.schema import is_safe_id
+from xconf.experiment import is_safe_id
 
 
 @pytest.mark.parametrize("good", ["a", "cpu-smoke", "c-0123456789abcdef", "a-0001", "x.y_z-1"])

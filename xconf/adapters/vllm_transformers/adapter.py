@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
-from xconf.adapters.real.extended import EXTENDED as _EXTENDED
-from xconf.adapters.real.extended import rollout_extended, training_extended
-from xconf.adapters.real.placement import (
+from xconf.adapters.vllm_transformers.extended import EXTENDED as _EXTENDED
+from xconf.adapters.vllm_transformers.extended import rollout_extended, training_extended
+from xconf.adapters.vllm_transformers.placement import (
     launched_world_size,
     process_group_context,
     rollout_executor,
 )
+from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue, side_worlds
+from xconf.operator_catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
@@ -35,8 +37,6 @@ from xconf.runtime.protocol import (
     planned_application,
     unsupported_application,
 )
-from xconf.schema import Identity
-from xconf.semantic_registry import Side
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
@@ -74,7 +74,10 @@ class VllmHfRuntime:
         trust_remote_code: bool = False,
         **unknown: Any,
     ) -> None:
-        from xconf.adapters.real.model_options import parse_model_options, reject_unknown
+        from xconf.adapters.vllm_transformers.model_options import (
+            parse_model_options,
+            reject_unknown,
+        )
 
         reject_unknown(unknown)  # e.g. +runtime.model_path=...: a coded error, not a TypeError
         self.device = device
@@ -97,7 +100,7 @@ class VllmHfRuntime:
 
     # -- identity ---------------------------------------------------------------------------
     def freeze_identity(self, identity: Identity) -> Identity:
-        from xconf.adapters.real.identity import freeze
+        from xconf.adapters.vllm_transformers.identity import freeze
 
         options = dict(self.engine_options)
         if (
@@ -273,7 +276,7 @@ class VllmHfRuntime:
 
     def check_inputs(self, identity: Identity) -> None:
         """Everything checkable before a run writes anything: recipe keys, dataset rows."""
-        from xconf.adapters.real.identity import check_recipe
+        from xconf.adapters.vllm_transformers.identity import check_recipe
 
         check_recipe(
             identity,
@@ -292,8 +295,8 @@ class VllmHfRuntime:
         path = self.record.path
         trust = self.model_options.trust_remote_code
         if binding.side == "rollout":
-            from xconf.adapters.real.engines import VllmRolloutSide
             from xconf.adapters.vllm.engine import RolloutEngineConfig
+            from xconf.adapters.vllm_transformers.engines import VllmRolloutSide
 
             native = case.operator("rollout").runtime_native
             tp = int(values["rollout.tensor_parallel_size"] or 1)
@@ -319,14 +322,14 @@ class VllmHfRuntime:
             )
             if executor == "external_launcher":  # one TP rank on every launched rank
                 return VllmRolloutSide(rollout_cfg)
-            from xconf.adapters.real.engines import OnSideRanks
+            from xconf.adapters.vllm_transformers.engines import OnSideRanks
             from xconf.runtime.ranks import side_group
 
             # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
             # world is the training side's, and its other ranks receive rank 0's score.
             return OnSideRanks(lambda _group: VllmRolloutSide(rollout_cfg), side_group(1))
         from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.real.engines import HfTrainingSide, OnSideRanks
+        from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
         from xconf.runtime.ranks import side_group
 
         cfg = TrainingScorerConfig(

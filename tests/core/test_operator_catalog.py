@@ -9,7 +9,7 @@ import torch
 
 from xconf.errors import OperatorResolutionError
 from xconf.operator_capability import BackendCapability
-from xconf.semantic_registry import (
+from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
     OperatorDescriptor,

@@ -40,7 +40,7 @@ class ModelOptions:
                 trust_remote_code=self.trust_remote_code,
                 cache_dir=cache_dir,
             )
-        from xconf.adapters.real.identity import model_spec
+        from xconf.adapters.vllm_transformers.identity import model_spec
 
         spec: ModelSpec = model_spec({**dict(self.spec), **dict(recipe_model)})
         return ensure_model(spec, cache_dir)

@@ -23,7 +23,7 @@ from xconf.adapters.frozen import (
     build_identity,
 )
 from xconf.adapters.models import ModelRecord, ModelSpec, default_cache_dir
-from xconf.adapters.real.dataset import (
+from xconf.adapters.vllm_transformers.dataset import (
     DatasetOptions,
     generate_from_ids,
     load_prompt_ids,
@@ -32,10 +32,10 @@ from xconf.adapters.real.dataset import (
 )
 from xconf.artifacts.safe_io import write_file
 from xconf.canonical import canonical_digest
-from xconf.schema import Identity
+from xconf.experiment import Identity
 
 if TYPE_CHECKING:
-    from xconf.adapters.real.model_options import ModelOptions
+    from xconf.adapters.vllm_transformers.model_options import ModelOptions
 
 RECIPE_KIND = "vllm_baseline_rollout"
 _RECIPE_KEYS = frozenset(

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from xconf.knobs import KnobValue
+from xconf.operator_catalog import Side
 from xconf.runtime.protocol import KnobApplication, planned_application, unsupported_application
-from xconf.semantic_registry import Side
 
 Materializer = Callable[[str, str, Side, KnobValue, Mapping[str, KnobValue]], KnobApplication]
 # vLLM 0.32's CPU attention backend (CPUAttentionBackend.supported_kv_cache_dtypes).
