@@ -167,25 +167,9 @@ def score_impls(rank: int, world: int, impls: tuple[str, ...]) -> dict[str, Any]
     return {impl: score_all(rank, world, impl) for impl in impls}
 
 
-def score_fast(rank: int, world: int, impl: str) -> dict[str, Any]:
-    """The ``deterministic=False`` path on every vocab, fp32, twice (layout-dependent bits)."""
-    results: dict[str, Any] = {}
-    for name, real, padded, bounds_by_world in VOCABS:
-        bounds = bounds_by_world[world]
-        lo, hi = bounds[rank]
-        logits, target, active, weights = inputs(real, padded, torch.float32)
-        contract = contract_for(real, padded, bounds, torch.float32, rank, "fixed_topology")
-        for attempt in range(2):
-            results[f"{name}/{attempt}"] = _score_with_grad(
-                logits[:, lo:hi], target, active, weights, contract, deterministic=False, impl=impl
-            )
-    return results
-
-
 def tp2_world(rank: int, world: int) -> dict[str, Any]:
     """Bitwise scoring (every impl) plus every preflight failure, in one world of two."""
     results: dict[str, Any] = score_impls(rank, world, IMPLS)
-    results["fast"] = {impl: score_fast(rank, world, impl) for impl in IMPLS}
     real, padded = 256, 256
     bounds = even_shard_bounds(padded, world)
     logits, target, active, _ = inputs(real, padded, torch.float32)
@@ -193,7 +177,7 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
     local = logits[:, lo:hi].contiguous()
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    scoped = {
+    scoped: dict[str, tuple[LogprobContract, dict[str, Any]]] = {
         "tiles": (
             contract_for(real, padded, bounds, torch.float32, rank),
             {"num_vocab_tiles": 8 if rank == 0 else 4},
@@ -201,9 +185,11 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
         "determinism": (
             LogprobContract(
                 sharding=ShardingSpec(real, padded, bounds, tp_rank=rank),
-                reduction=ReductionSpec(determinism_scope="fixed_topology"),
+                reduction=ReductionSpec(
+                    determinism_scope="cross_tp_bitwise" if rank == 0 else "fixed_topology"
+                ),
             ),
-            {"deterministic": rank == 0, "num_vocab_tiles": NUM_TILES},
+            {"num_vocab_tiles": NUM_TILES},
         ),
         "shard_size": (
             contract_for(real, padded, bounds, torch.float32, rank),

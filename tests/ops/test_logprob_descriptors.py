@@ -1,4 +1,4 @@
-"""Catalog registration of the vocab-parallel backends and their runtime callables."""
+"""Catalog registration of the vocab-parallel backend and its runtime callable."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from xconf.operator_catalog import (
 from xconf.ops.logprob.descriptors import descriptors
 
 
-def test_descriptors_declare_the_production_backends() -> None:
-    by_id = {d.backend_id: d for d in descriptors()}
-    main = by_id["xconf.vocab_parallel_logp"]
+def test_descriptors_declare_the_one_production_backend() -> None:
+    (main,) = descriptors()
+    assert main.backend_id == "xconf.vocab_parallel_logp"
     assert main.semantic_operation == SELECTED_LOGPROB and not main.is_smoke_only
     assert {"deterministic", "batch_invariant", "cross_tp_bitwise"} <= main.alignment_properties
-    assert "cross_tp_bitwise" not in by_id["xconf.vocab_parallel_logp_fast"].alignment_properties
+    assert {c.platform for c in main.capabilities} == {"cpu", "cuda"}
+    for capability in main.capabilities:
+        assert capability.determinism_scopes == {"fixed_topology", "cross_tp_bitwise"}
 
 
 def test_session_instantiates_a_tp1_callable() -> None:

@@ -3,11 +3,13 @@ silent fallback; runs get the same check on every call."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from xconf.errors import OperatorResolutionError
-from xconf.operator_capability import BackendCapability
+from xconf.operator_capability import BackendCapability, Role
 from xconf.operator_catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
@@ -18,7 +20,7 @@ from xconf.operator_catalog import (
 )
 from xconf.operator_dispatch import select_backend
 from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
-from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_ID
 from xconf.ops.reference import REFERENCE_ID
 
 
@@ -81,12 +83,13 @@ def test_runtime_native_backend_is_never_a_dispatch_candidate() -> None:
     assert "native:" not in str(select_backend(BUILTIN, _contract()).provenance())
 
 
-def test_fast_backend_is_refused_for_cross_tp_bitwise() -> None:
+def test_one_production_backend_serves_both_scopes_and_the_fast_one_is_gone() -> None:
+    # The layout-dependent "fast" backend was removed (it was not faster: docs/operators.md).
     with pytest.raises(OperatorResolutionError) as err:
-        select_backend(BUILTIN, _contract(backend=VOCAB_PARALLEL_FAST_ID))
-    assert "cross_tp_bitwise" in err.value.message
-    ok = select_backend(BUILTIN, _contract(scope="fixed_topology", backend=VOCAB_PARALLEL_FAST_ID))
-    assert ok.backend_id == VOCAB_PARALLEL_FAST_ID
+        select_backend(BUILTIN, _contract(backend="xconf.vocab_parallel_logp_fast"))
+    assert err.value.code == "operator.dispatch.unknown_backend"
+    for scope in ("fixed_topology", "cross_tp_bitwise"):
+        assert select_backend(BUILTIN, _contract(scope=scope)).backend_id == VOCAB_PARALLEL_ID
 
 
 def test_undeclared_platform_is_rejected_with_reason() -> None:
@@ -130,7 +133,7 @@ def test_capability_rejection_then_choice_is_a_refused_fallback() -> None:
 
 @pytest.mark.parametrize("skipped_is_capable", [True, False])
 def test_policy_exclusions_never_count_as_fallback(skipped_is_capable: bool) -> None:
-    extra = {} if skipped_is_capable else {"tp_sizes": {1}}
+    extra: dict[str, Any] = {} if skipped_is_capable else {"tp_sizes": {1}}
     cat = _catalog(
         _descriptor("p.prod", _cap(**extra)), _descriptor("r.ref", _cap(tier="reference"))
     )
@@ -180,7 +183,7 @@ def test_registering_into_the_default_catalog_keeps_registration_order() -> None
 # -- runs dispatch through the same declarations -----------------------------------------------
 
 
-def _binding(cat: SemanticOperatorCatalog, backend_id: str, side: str = "training"):
+def _binding(cat: SemanticOperatorCatalog, backend_id: str, side: Role = "training"):
     d = cat.get(SELECTED_LOGPROB, backend_id)
     assert d is not None
     return OperatorBinding(
@@ -235,7 +238,7 @@ def test_run_calls_of_the_builtin_backends_pass_their_own_declarations() -> None
     target = torch.arange(6)
     active = torch.ones(6, dtype=torch.bool)
     session = OperatorSession(BUILTIN, ResolutionPolicy())
-    for backend_id in (REFERENCE_ID, VOCAB_PARALLEL_ID, VOCAB_PARALLEL_FAST_ID):
+    for backend_id in (REFERENCE_ID, VOCAB_PARALLEL_ID):
         for side in ("rollout", "training"):
             op = session.instantiate(_binding(BUILTIN, backend_id, side))
             assert op(logits, target, active).dtype == torch.float32

@@ -174,24 +174,3 @@ def test_merge_lse_matches_float64_and_handles_special_rows(variant: native.Vari
     lse = kernel.merge_lse(m, s)
     assert lse[0] == NEG_INF and abs(lse[1].item()) <= 1e-7  # the kernel's exp(0) is 1 - 6e-8
     assert torch.isnan(lse[2:]).all()
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_row_merged_is_the_tile_partials_merged(
-    variant: native.Variant, dtype: torch.dtype
-) -> None:
-    """The fast path's fused call equals tile partials then the merge, bit for bit, and is
-    accurate against float64 for tails narrower than a tile."""
-    kernel = native.kernel(variant)
-    x = _rows(19, 8 * 37, dtype)
-    m, s, lse = kernel.row_merged(x, 37, with_lse=True)
-    tm, ts = kernel.row_partials(x.reshape(19 * 8, 37))
-    assert lse is not None
-    assert torch.equal(_bits(lse), _bits(kernel.merge_lse(tm.view(19, 8), ts.view(19, 8))))
-    for width in (1, 36, 37, 38, 300):  # a narrower last tile, strided rows
-        m, s, none = kernel.row_merged(x[:, :width], 37, with_lse=False)
-        assert none is None
-        ref_m, ref_s = _reference(x[:, :width])
-        assert torch.equal(m.double(), ref_m), width
-        assert ((s.double() - ref_s) / ref_s).abs().max() <= 2e-6, width

@@ -18,7 +18,6 @@ from xconf.ops.logprob.errors import LogprobValidationError
 from xconf.ops.logprob.vocab_parallel import (
     default_num_vocab_tiles,
     vocab_parallel_selected_logprob,
-    vocab_parallel_selected_logprob_fast,
 )
 
 FP32_THRESHOLD = 1e-5
@@ -65,19 +64,6 @@ def test_accuracy_against_float64(dtype: torch.dtype) -> None:
     assert torch.all(logprob[~active] == 0.0)
 
 
-def test_fast_path_within_tolerance_of_deterministic() -> None:
-    logits, target, active, _ = inputs(256, 256, torch.float32)
-    contract = _contract(256, 256, reduction=ReductionSpec(determinism_scope="fixed_topology"))
-    det, det_lse = _score(logits, target, active, contract=contract)
-    fast, fast_lse = vocab_parallel_selected_logprob_fast(logits, target, active, contract=contract)
-    assert (det - fast).abs().max() <= FP32_THRESHOLD
-    assert (det_lse - fast_lse)[active].abs().max() <= FP32_THRESHOLD
-    eager, _ = vocab_parallel_selected_logprob_fast(
-        logits, target, active, contract=contract, impl="eager"
-    )
-    assert (det - eager).abs().max() <= FP32_THRESHOLD
-
-
 def test_batch_invariance_and_repeatability() -> None:
     logits, target, active, _ = inputs(250, 256, torch.float32)
     full, full_lse = _score(logits, target, active)
@@ -94,13 +80,12 @@ def test_batch_invariance_and_repeatability() -> None:
     assert torch.equal(_bits(shuffled[-len(order) :]), _bits(full[order]))
 
 
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_gradients_match_autograd_on_plain_reference(deterministic: bool) -> None:
+@pytest.mark.parametrize("scope", ["cross_tp_bitwise", "fixed_topology"])
+def test_gradients_match_autograd_on_plain_reference(scope: str) -> None:
     logits, target, active, weights = inputs(250, 256, torch.float32)
-    scope = "cross_tp_bitwise" if deterministic else "fixed_topology"
-    contract = _contract(reduction=ReductionSpec(determinism_scope=scope))
+    contract = _contract(reduction=ReductionSpec(determinism_scope=scope))  # type: ignore[arg-type]
     x = logits.clone().requires_grad_()
-    lp, lse = _score(x, target, active, contract=contract, deterministic=deterministic)
+    lp, lse = _score(x, target, active, contract=contract)
     ((lp * weights[0]).sum() + (torch.where(active, lse, 0) * weights[1]).sum()).backward()
     y = logits[:, :250].double().requires_grad_()
     ref_lp, ref_lse = _reference(y, target, active, 250)
@@ -147,8 +132,6 @@ def test_validation_errors_have_codes() -> None:
     assert _error(logits=logits.bfloat16(), contract=_contract()) == "logprob.call.dtype_mismatch"
     assert _error(target=target.float()) == "logprob.call.target_dtype"
     assert _error(num_vocab_tiles=3) == "logprob.call.tiles_not_dividing"
-    assert _error(deterministic=1) == "logprob.call.deterministic_not_bool"
-    assert _error(deterministic=False) == "logprob.call.fast_path_refused"
     assert _error(impl="cuda") == "logprob.call.invalid_impl"
     assert _error(impl="triton") == "logprob.call.triton_unavailable"  # not in this venv
     bad = target.clone()
@@ -183,9 +166,8 @@ def test_cuda_is_declared_for_the_triton_kernels_only() -> None:
     from xconf.ops.logprob.impls import resolve_impl
 
     catalog = SemanticOperatorCatalog.from_entry_points()
-    for backend in ("xconf.vocab_parallel_logp", "xconf.vocab_parallel_logp_fast"):
-        descriptor = catalog.get(SELECTED_LOGPROB, backend)
-        assert descriptor is not None and descriptor.capability("cuda") is not None
+    descriptor = catalog.get(SELECTED_LOGPROB, "xconf.vocab_parallel_logp")
+    assert descriptor is not None and descriptor.capability("cuda") is not None
     with pytest.raises(LogprobValidationError) as err:  # no Triton in this environment
         resolve_impl("auto", "cuda")
     assert err.value.code == "logprob.call.triton_unavailable"

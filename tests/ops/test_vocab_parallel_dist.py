@@ -42,23 +42,6 @@ def _check_world(results: list[dict[str, Any]], tp1: dict[str, Any], world: int)
                 assert _same_bits(grad, ref_grad), (key, "grad")
 
 
-def _check_fast(results: list[dict[str, Any]], tp1: dict[str, Any]) -> None:
-    """Fast path at TP=2: replicated, repeatable, within tolerance of the bitwise path."""
-    for name, _real, _padded, _bounds in VOCABS:
-        ref_lp, ref_lse, ref_grad = tp1[f"{name}/{torch.float32}/0"]
-        for attempt in (0, 1):
-            key = f"{name}/{attempt}"
-            lp, lse, _ = results[0][key]
-            assert (lp - ref_lp).abs().max() <= 1e-5, key
-            assert (lse - ref_lse)[ref_lp != 0].abs().max() <= 1e-5, key
-            for rank in range(len(results)):
-                assert _same_bits(results[rank][key][0], lp), (key, rank)
-                assert _same_bits(results[rank][key][1], lse), (key, rank)
-                assert _same_bits(results[rank][key][0], results[rank][f"{name}/0"][0]), key
-            grad = torch.cat([r[key][2] for r in results], dim=1)
-            assert (grad - ref_grad).abs().max() <= 1e-5, key  # lse may differ by an ulp
-
-
 @pytest.mark.slow
 def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
     from _logprob_workers import tp2_world
@@ -66,7 +49,6 @@ def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
     results = run_world(2, tp2_world, tmp_path)
     for impl in IMPLS:
         _check_world([r[impl] for r in results], tp1[impl], 2)
-        _check_fast([r["fast"][impl] for r in results], tp1[impl])
     errors = [r["errors"] for r in results]
     assert [e["tiles"] for e in errors] == ["logprob.preflight.num_vocab_tiles_mismatch"] * 2
     assert [e["determinism"] for e in errors] == ["logprob.preflight.determinism_mode_mismatch"] * 2

@@ -1,6 +1,6 @@
-"""Catalog entries (``xconf.operators`` entry point) for the vocab-parallel backends.
+"""Catalog entry (``xconf.operators`` entry point) for the vocab-parallel backend.
 
-Each descriptor's capabilities are the one declaration of what the backend serves: on
+The descriptor's capabilities are the one declaration of what the backend serves: on
 ``cpu`` (native, compiled and eager kernels) and on ``cuda`` (the Triton kernels, whose
 cases ``tests/ops/test_triton_interpreter.py`` runs under Triton's interpreter in every
 ``make test``; not yet run on a GPU, see docs/operators.md).
@@ -12,7 +12,6 @@ from xconf.operator_capability import MASK_MODES, BackendCapability, Platform
 from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
 
 VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
-VOCAB_PARALLEL_FAST_ID = "xconf.vocab_parallel_logp_fast"
 VERSION = "1"
 # Bumped whenever the kernels' reduction structure changes (tile merge, block shapes);
 # v2: the native build merges in its own kernel; Triton kernels on CUDA.
@@ -39,23 +38,6 @@ def descriptors() -> tuple[OperatorDescriptor, ...]:
             alignment_properties=frozenset(
                 {"deterministic", "batch_invariant", "cross_tp_bitwise", "fp32_accumulation"}
             ),
-            build_fingerprint=BUILD_FINGERPRINT,
-        ),
-        OperatorDescriptor(
-            semantic_operation=SELECTED_LOGPROB,
-            backend_id=VOCAB_PARALLEL_FAST_ID,
-            factory="xconf.ops.logprob.selected:VocabParallelSelectedLogprobFast",
-            version=VERSION,
-            capabilities=tuple(
-                BackendCapability(
-                    platform=platform,
-                    tier="production",
-                    mask_modes=frozenset(MASK_MODES),
-                    determinism_scopes=frozenset({"fixed_topology"}),
-                )
-                for platform in DECLARED_PLATFORMS
-            ),
-            alignment_properties=frozenset({"fp32_accumulation"}),
             build_fingerprint=BUILD_FINGERPRINT,
         ),
     )

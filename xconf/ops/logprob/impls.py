@@ -28,7 +28,7 @@ IMPLS: tuple[Impl, ...] = ("auto", "native", "compiled", "eager", "triton")
 class ResolvedImpl:
     name: Literal["native", "compiled", "eager", "triton"]
     label: str  # compared across ranks: equal labels run identical code
-    # The row-reduction kernel (tile partials, the fast path's fused pass, the merge).
+    # The row-reduction kernel (tile partials and the merge).
     kernel: native.NativeKernel | triton_kernels.TritonKernel | None = None
 
     @property

@@ -54,13 +54,6 @@ def merge_partials(m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return shift + torch.log((s * torch.exp(m - shift[:, None])).sum(-1))
 
 
-def merge_to_partial(m: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, tiles merged into one ``(M, sum_t s_t * exp(m_t - M))`` partial."""
-    big = m.amax(-1)
-    shift = torch.where(big == NEG_INF, torch.zeros_like(big), big)
-    return big, (s * torch.exp(m - shift[:, None])).sum(-1)
-
-
 def softmax_grad(
     x: torch.Tensor, lse: torch.Tensor, coef: torch.Tensor, keep: torch.Tensor
 ) -> torch.Tensor:
@@ -195,10 +188,6 @@ def partials_kernel(width: int, dtype: torch.dtype, impl: KernelImpl) -> Kernel:
 
 def merge_kernel(tiles: int, impl: KernelImpl) -> Kernel:
     return _kernel(merge_partials, ("merge", tiles, torch.float32), impl)
-
-
-def partial_merge_kernel(tiles: int, impl: KernelImpl) -> Kernel:
-    return _kernel(merge_to_partial, ("partial_merge", tiles, torch.float32), impl)
 
 
 def grad_kernel(width: int, dtype: torch.dtype, impl: KernelImpl) -> Kernel:

@@ -68,7 +68,6 @@ class NativeKernel:
     path: Path
     isa: str
     _fn: Any
-    _merged: Any
     _merge: Any
 
     @property
@@ -93,25 +92,6 @@ class NativeKernel:
             ),
         )
         return m, s
-
-    def row_merged(
-        self, x: torch.Tensor, tile: int, with_lse: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Per row: the ``tile``-wide partials (the last may be narrower) merged in column
-        order into one fp32 ``(M, S)``, and ``M + log S`` when ``with_lse``; the tile
-        partials are never written out. The fast path's whole local reduction."""
-        x, code = _rows_input(x)
-        rows, width = x.shape
-        m, s, lse = _outputs(rows, 3)
-        self._split(
-            rows,
-            rows * width,
-            lambda start, count: self._merged(
-                _at(x, start), code, count, width, x.stride(0), tile,
-                _at(m, start), _at(s, start), _at(lse, start) if with_lse else None,
-            ),
-        )  # fmt: skip
-        return m, s, lse if with_lse else None
 
     def merge_lse(self, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The LSE of every row of ``[rows, tiles]`` fp32 partials, merged in column order."""
@@ -216,16 +196,13 @@ def _load(variant: Variant) -> NativeKernel | str:
         ctypes.c_void_p,
         ctypes.c_void_p,
     ]
-    merged = library.xconf_row_merged
-    merged.restype = None
-    merged.argtypes = [*fn.argtypes[:5], ctypes.c_int64, *[ctypes.c_void_p] * 3]
     merge = library.xconf_merge_lse
     merge.restype = None
     merge.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     merge.argtypes += [ctypes.c_void_p]
     library.xconf_partials_isa.restype = ctypes.c_int32
     isa = "avx512" if library.xconf_partials_isa() == 512 else "portable"
-    return NativeKernel(path, isa, fn, merged, merge)
+    return NativeKernel(path, isa, fn, merge)
 
 
 def _compiler() -> str | None:

@@ -251,18 +251,6 @@ void row_partial(const void* row, const void* next, int32_t dtype, int64_t width
   *s_out = hsum(vadd(a0, a1));
 }
 
-// Row partials of `width` contiguous logits cut into tiles of `tile` columns (the last one
-// may be narrower), written to `m`/`s` in column order; `next_row` is prefetched last.
-void tiled_partials(const void* row, const void* next_row, int32_t dtype, int64_t width,
-                    int64_t tile, float* m, float* s) {
-  int64_t t = 0;
-  for (int64_t lo = 0; lo < width; lo += tile, ++t) {
-    const int64_t hi = lo + tile < width ? lo + tile : width;
-    const void* next = hi < width ? offset(row, dtype, hi) : next_row;
-    row_partial(offset(row, dtype, lo), next, dtype, hi - lo, m + t, s + t);
-  }
-}
-
 // Partials in order merged into one: returns M = max m_t and writes S = sum s_t exp(m_t - M),
 // lane-accumulated over chunks of 16 with a fixed tree. Any NaN gives (NaN, NaN); all
 // identity partials give (-inf, 0).
@@ -353,24 +341,6 @@ void xconf_merge_lse(const float* m, const float* s, int64_t rows, int64_t tiles
     const float big = merge_row(m + i * tiles, s + i * tiles, tiles, &total);
     lse_out[i] = lse_of(big, total);
   }
-}
-
-// Fast path: each row's `width` columns cut into tiles of `tile`, merged into one partial,
-// without writing the tile partials out; `lse_out` (may be null) gets M + log S.
-void xconf_row_merged(const void* x, int32_t dtype, int64_t rows, int64_t width,
-                      int64_t row_stride, int64_t tile, float* m_out, float* s_out,
-                      float* lse_out) {
-  const int64_t tiles = width <= 0 ? 0 : (width + tile - 1) / tile;
-  float* m = new float[tiles > 0 ? 2 * tiles : 1];
-  float* s = m + tiles;
-  for (int64_t i = 0; i < rows; ++i) {
-    const void* row = offset(x, dtype, i * row_stride);
-    const void* next = i + 1 < rows ? offset(x, dtype, (i + 1) * row_stride) : nullptr;
-    tiled_partials(row, next, dtype, width, tile, m, s);
-    m_out[i] = merge_row(m, s, tiles, s_out + i);
-    if (lse_out != nullptr) lse_out[i] = lse_of(m_out[i], s_out[i]);
-  }
-  delete[] m;
 }
 
 }  // extern "C"

@@ -1,6 +1,6 @@
 """Cross-rank agreement check, run on every call with TP > 1 whatever ``validate`` says.
 
-Ranks that disagree on the contract, the backend, the tile count, the determinism mode,
+Ranks that disagree on the contract, the backend, the tile count, the determinism scope,
 the row count or the scored tokens would enter the data collective with different
 payload shapes or semantics, which hangs or corrupts a TP group. So before it, every
 rank contributes a fixed-size int64 digest to an ``all_gather`` (a fixed shape cannot
@@ -19,12 +19,14 @@ import torch.distributed as dist
 from xconf.errors import XconfError
 from xconf.ops.logprob.errors import LogprobPreflightError
 
+# Compared in this order, so the most specific reason is the one reported (the contract
+# fingerprint covers the determinism scope too).
 FIELDS = (
     "magic",
+    "determinism_mode",
     "contract_fingerprint",
     "backend_id",
     "num_vocab_tiles",
-    "determinism_mode",
     "impl",
     "rows",
     "target_ids",
@@ -53,20 +55,19 @@ def build_digest(
     fingerprint: str,
     backend_id: str,
     num_vocab_tiles: int,
-    deterministic: object,
+    determinism_scope: str,
     impl: str,
     target_ids: torch.Tensor | None,
     active_mask: torch.Tensor | None,
     rows: int,
     local_error: XconfError | None,
 ) -> torch.Tensor:
-    mode = {True: 1, False: 0}.get(deterministic, -1) if isinstance(deterministic, bool) else -1
     values = [
         _MAGIC,
+        text_digest(determinism_scope),
         text_digest(fingerprint),
         text_digest(backend_id),
         int(num_vocab_tiles),
-        mode,
         text_digest(impl),
         int(rows),
         0 if target_ids is None else tensor_digest(target_ids),

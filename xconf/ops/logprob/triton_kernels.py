@@ -1,7 +1,7 @@
 """The operator's row reductions as Triton kernels, for logits on a CUDA device.
 
-Same interface as the native CPU kernel (``native.NativeKernel``): ``row_partials``,
-``row_merged`` (the fast path) and ``merge_lse``. Why the bits hold across TP degrees: one
+Same interface as the native CPU kernel (``native.NativeKernel``): ``row_partials`` and
+``merge_lse``. Why the bits hold across TP degrees: one
 Triton program reduces one tile-row, and its block size is the tile width rounded up to a
 power of two (masked lanes hold ``-inf``), so the reduction tree inside ``tl.max`` /
 ``tl.sum`` is a function of the contract's tile width only, never of the TP degree, the
@@ -37,7 +37,7 @@ def _block(width: int) -> int:
 
 @functools.cache
 def _kernels() -> dict[str, Any]:
-    """Compiles (lazily) the three kernels; raises ImportError without Triton."""
+    """Compiles (lazily) the two kernels; raises ImportError without Triton."""
     import triton
     import triton.language as tl
 
@@ -65,36 +65,7 @@ def _kernels() -> dict[str, Any]:
         total = tl.sum(s * tl.exp(m - shift), axis=0)
         tl.store(lse_ptr + row, shift + tl.log(total))
 
-    @triton.jit  # type: ignore[misc]
-    def merged(
-        x_ptr, m_ptr, s_ptr, lse_ptr, stride, width, tile, WITH_LSE: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        # The fast path: one program per row walks its tiles in column order and keeps a
-        # running (M, S); no tile partial is written out, one launch instead of two.
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
-        # 0-d fp32 tensors, so the loop-carried values keep one type.
-        big = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-        total = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
-        for lo in range(0, width, tile):
-            keep = (cols < tile) & (lo + cols < width)
-            x = tl.load(x_ptr + row * stride + lo + cols, mask=keep, other=float("-inf"))
-            x = x.to(tl.float32)
-            m = tl.max(x, axis=0)
-            shift = tl.where(m == float("-inf"), 0.0, m)
-            s = tl.sum(tl.exp(x - shift), axis=0)
-            new = tl.maximum(big, m)
-            base = tl.where(new == float("-inf"), 0.0, new)
-            total = total * tl.exp(big - base) + s * tl.exp(m - base)
-            big = new
-        tl.store(m_ptr + row, big)
-        tl.store(s_ptr + row, total)
-        if WITH_LSE:
-            base = tl.where(big == float("-inf"), 0.0, big)
-            tl.store(lse_ptr + row, base + tl.log(total))
-
-    return {"partials": partials, "merge": merge, "merged": merged, "version": triton.__version__}
+    return {"partials": partials, "merge": merge, "version": triton.__version__}
 
 
 def available() -> str | None:
@@ -150,22 +121,6 @@ class TritonKernel:
                 x, m, s, x.stride(0), width, BLOCK=block, num_warps=_warps(block)
             )
         return m, s
-
-    def row_merged(
-        self, x: torch.Tensor, tile: int, with_lse: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Per row: ``tile``-wide partials merged in column order into one ``(M, S)``."""
-        x = _rows_input(x)
-        rows, width = x.shape
-        out = torch.empty(3, rows, dtype=torch.float32, device=x.device)
-        m, s, lse = out.unbind(0)
-        if rows:
-            block = _block(tile)
-            _kernels()["merged"][(rows,)](
-                x, m, s, lse, x.stride(0), width, tile,
-                WITH_LSE=with_lse, BLOCK=block, num_warps=_warps(block),
-            )  # fmt: skip
-        return m, s, lse if with_lse else None
 
     def merge_lse(self, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The LSE of every row of ``[rows, tiles]`` fp32 partials, merged in column order."""

@@ -23,24 +23,11 @@ def local_checks(
     active_mask: Any,
     contract: LogprobContract,
     num_tiles: Any,
-    deterministic: Any,
     impl: Any,
     group: Any,
 ) -> XconfError | None:
     """Every check that needs no peer; returned, not raised, so peers are never left waiting."""
     s = contract.sharding
-    if not isinstance(deterministic, bool):
-        return fail(
-            "deterministic_not_bool",
-            f"deterministic must be a bool, got {deterministic!r}",
-            "deterministic",
-        )
-    if not deterministic and contract.reduction.determinism_scope == "cross_tp_bitwise":
-        return fail(
-            "fast_path_refused",
-            "deterministic=False cannot honour a cross_tp_bitwise contract",
-            "reduction.determinism_scope",
-        )
     if impl not in IMPLS:
         return fail("invalid_impl", f"impl must be one of {list(IMPLS)}, got {impl!r}", "impl")
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():

@@ -1,11 +1,10 @@
 """Deterministic vocab-parallel selected-token logprob (see ``contract`` for the semantics).
 
-``deterministic=True``: the padded vocab is cut into fixed global tiles; every tile is
-reduced by the same row-wise kernel on any rank, the tile partials are all-gathered
-(bytes only) and every rank merges all tiles in global order over the same shape, so
-the bits do not depend on the TP degree, the shard bounds or the batch composition.
-``deterministic=False``: one partial per shard; faster, layout-dependent, and refused
-for ``cross_tp_bitwise`` contracts.
+The padded vocab is cut into fixed global tiles; every tile is reduced by the same
+row-wise kernel on any rank, the tile partials are all-gathered (bytes only) and every
+rank merges all tiles in global order over the same shape, so the bits do not depend on
+the TP degree, the shard bounds or the batch composition. One path serves every
+determinism scope: a ``fixed_topology`` contract gets the ``cross_tp_bitwise`` bits.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import torch.distributed as dist
 from xconf.errors import XconfError
 from xconf.ops.logprob import kernels, preflight, validation
 from xconf.ops.logprob.contract import LogprobContract, normalize_logprob_backend_id
-from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_FAST_ID, VOCAB_PARALLEL_ID
+from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_ID
 from xconf.ops.logprob.errors import LogprobValidationError
 from xconf.ops.logprob.impls import Impl, ResolvedImpl, resolve_impl
 from xconf.ops.logprob.kernels import NEG_INF
@@ -48,7 +47,6 @@ def default_num_vocab_tiles(padded_vocab_size: int) -> int:
 @dataclass(frozen=True)
 class _Plan:
     contract: LogprobContract
-    deterministic: bool
     impl: ResolvedImpl
     num_tiles: int
     tile: int
@@ -83,7 +81,6 @@ def vocab_parallel_selected_logprob(
     contract: LogprobContract,
     tp_group: Any = None,
     num_vocab_tiles: int | None = None,
-    deterministic: bool = True,
     validate: bool = True,
     backend_id: str = VOCAB_PARALLEL_ID,
     impl: Impl = "auto",
@@ -98,7 +95,7 @@ def vocab_parallel_selected_logprob(
         default_num_vocab_tiles(s.padded_vocab_size) if num_vocab_tiles is None else num_vocab_tiles
     )
     error = validation.local_checks(
-        local_logits, target_ids, active_mask, contract, tiles, deterministic, impl, tp_group
+        local_logits, target_ids, active_mask, contract, tiles, impl, tp_group
     )
     try:
         backend = normalize_logprob_backend_id(backend_id)
@@ -117,7 +114,7 @@ def vocab_parallel_selected_logprob(
             fingerprint=contract.cross_rank_fingerprint(),
             backend_id=backend,
             num_vocab_tiles=tiles if isinstance(tiles, int) else -1,
-            deterministic=deterministic,
+            determinism_scope=contract.reduction.determinism_scope,
             impl=resolved.label if resolved is not None else str(impl),
             target_ids=target_ids if ok_tensors else None,
             active_mask=active_mask if ok_tensors else None,
@@ -134,56 +131,14 @@ def vocab_parallel_selected_logprob(
     if validate:
         validation.validate_targets(target, active, contract)
     tile = s.padded_vocab_size // tiles
-    if deterministic:
-        by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
-    else:
-        by_rank = (1,) * s.tp_world_size
-    plan = _Plan(contract, bool(deterministic), resolved, tiles, tile, by_rank, tp_group)
+    by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
+    plan = _Plan(contract, resolved, tiles, tile, by_rank, tp_group)
     logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
     if validate and bool((active & (lse == NEG_INF)).any()):
         raise validation.fail(
             "row_all_neg_inf", "an active row has every real logit at -inf", "logits"
         )
     return logprob, lse
-
-
-def vocab_parallel_selected_logprob_fast(
-    local_logits: torch.Tensor,
-    target_ids: torch.Tensor,
-    active_mask: torch.Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``deterministic=False`` entry point (backend ``xconf.vocab_parallel_logp_fast``)."""
-    kwargs.setdefault("backend_id", VOCAB_PARALLEL_FAST_ID)
-    return vocab_parallel_selected_logprob(
-        local_logits, target_ids, active_mask, deterministic=False, **kwargs
-    )
-
-
-def _local_partials(
-    x: torch.Tensor, plan: _Plan
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """fp32 ``(m, s)`` of shape ``[N, local partials]``, padded columns masked to -inf, and
-    the LSE when it is already known (the native fast path at TP=1).
-
-    Deterministic: one partial per tile. Fast: one partial per shard, so the cross-rank
-    merge (and its bits) follows the TP layout; the native kernel reduces the shard's real
-    columns tile by tile and merges them in the same call, writing no tile partials; the
-    torch kernels merge their tile partials locally.
-    """
-    rows = x.shape[0]
-    native_kernel = plan.impl.kernel
-    if not plan.deterministic and native_kernel is not None:
-        m, sx, lse = native_kernel.row_merged(
-            x[:, : plan.valid_local], plan.tile, with_lse=plan.world == 1
-        )
-        return m.view(rows, 1), sx.view(rows, 1), lse
-    m, sx = _tile_partials(x, plan)
-    if plan.deterministic:
-        return m, sx, None
-    merge = kernels.partial_merge_kernel(m.shape[1], plan.impl.torch_impl)
-    big, total = merge.run(rows, (m.contiguous(), sx.contiguous()), (0.0, 1.0))
-    return big.view(rows, 1), total.view(rows, 1), None
 
 
 def _merge(m: torch.Tensor, sx: torch.Tensor, plan: _Plan) -> torch.Tensor:
@@ -266,7 +221,7 @@ class _SelectedLogprob(torch.autograd.Function):
         owned = (tgt >= lo) & (tgt < lo + local)
         col = (tgt - lo).clamp(0, local - 1)
         z = torch.where(owned, x.gather(1, col[:, None]).squeeze(1).float(), 0.0)
-        m, sx, lse = _local_partials(x, plan)
+        m, sx = _tile_partials(x, plan)
         if plan.world > 1:
             m, sx, z_all = _exchange(m, sx, z, plan)
             starts = torch.tensor(
@@ -274,8 +229,7 @@ class _SelectedLogprob(torch.autograd.Function):
             )
             owner = torch.bucketize(tgt, starts, right=True)
             z = z_all.gather(0, owner[None, :]).squeeze(0)  # a copy from the owner, never a sum
-        if lse is None:
-            lse = _merge(m, sx, plan)
+        lse = _merge(m, sx, plan)
         logprob = torch.where(active, z - lse, 0.0)
         ctx.save_for_backward(x, lse, col, owned, active)
         return logprob, lse
