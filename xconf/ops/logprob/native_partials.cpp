@@ -29,6 +29,13 @@
 namespace {
 
 constexpr int kLanes = 16;
+// While a row's exp pass runs from cache, the row this many rows ahead is prefetched into
+// L2 (not L1: an L1 prefetch holds one of the core's few line-fill buffers until its line
+// arrives, which caps the bytes in flight below what memory can deliver). Two rows ahead
+// keeps requests in flight across the row boundary, where one row ahead let them drain.
+// Measured on the 2-core Xeon (1024 x 151936 fp32, 2374-wide rows, one thread): 1.13
+// read passes with (L1, 1 row ahead), 1.05-1.10 with (L2, 2 rows ahead); no prefetch 1.43.
+constexpr int64_t kPrefetchRows = 2;
 constexpr float kLog2e = 1.44269504088896341f;
 // exp(-87) is about 1.6e-38, still a normal float: below it every term is negligible
 // beside the row's largest term (exp(0) = 1), and clamping keeps results normal.
@@ -94,8 +101,8 @@ inline Vec exp_nonpositive(Vec d) {
 
 inline void prefetch(const void* base, int32_t dtype, int64_t at) {
   const int64_t bytes = dtype == kFloat32 ? 4 : 2;
-  _mm_prefetch(static_cast<const char*>(base) + at * bytes, _MM_HINT_T0);
-  _mm_prefetch(static_cast<const char*>(base) + (at + kLanes) * bytes, _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(base) + at * bytes, _MM_HINT_T1);
+  _mm_prefetch(static_cast<const char*>(base) + (at + kLanes) * bytes, _MM_HINT_T1);
 }
 
 #else  // portable: GCC/Clang vector extensions, 16 lanes on any target
@@ -203,8 +210,8 @@ inline Vec exp_nonpositive(Vec d) {
 
 inline void prefetch(const void* base, int32_t dtype, int64_t at) {
   const int64_t bytes = dtype == kFloat32 ? 4 : 2;
-  __builtin_prefetch(static_cast<const char*>(base) + at * bytes, 0, 3);
-  __builtin_prefetch(static_cast<const char*>(base) + (at + kLanes) * bytes, 0, 3);
+  __builtin_prefetch(static_cast<const char*>(base) + at * bytes, 0, 2);
+  __builtin_prefetch(static_cast<const char*>(base) + (at + kLanes) * bytes, 0, 2);
 }
 
 #endif
@@ -240,7 +247,7 @@ void row_partial(const void* row, const void* next, int32_t dtype, int64_t width
   const Vec shift = splat(m);
   Vec a0 = splat(0.0f), a1 = splat(0.0f);
   j = 0;
-  // The exp pass runs from cache; prefetching the next row keeps memory busy meanwhile.
+  // The exp pass runs from cache; prefetching a later row keeps memory busy meanwhile.
   for (; j + 2 * kLanes <= body; j += 2 * kLanes) {
     if (next != nullptr) prefetch(next, dtype, j);
     a0 = vadd(a0, exp_nonpositive(vsub(load(row, dtype, j), shift)));
@@ -323,7 +330,8 @@ void xconf_row_partials(const void* x, int32_t dtype, int64_t rows, int64_t widt
                         int64_t row_stride, float* m_out, float* s_out) {
   for (int64_t i = 0; i < rows; ++i) {
     const void* row = offset(x, dtype, i * row_stride);
-    const void* next = i + 1 < rows ? offset(x, dtype, (i + 1) * row_stride) : nullptr;
+    const void* next =
+        i + kPrefetchRows < rows ? offset(x, dtype, (i + kPrefetchRows) * row_stride) : nullptr;
     if (width <= 0) {
       m_out[i] = -INFINITY;
       s_out[i] = 0.0f;
