@@ -6,11 +6,17 @@ payload shapes or semantics, which hangs or corrupts a TP group. So before it, e
 rank contributes a fixed-size int64 digest to an ``all_gather`` (a fixed shape cannot
 mismatch) and every rank compares all digests: all of them fail together, loudly.
 A rank whose local checks failed takes part too, so its peers never wait for it.
+
+The digest gather is started asynchronously (:func:`start`): the operator computes its
+rank-local tile partials while the small collective is in flight, and finishes the
+agreement (:meth:`PendingAgreement.finish`) before it enters the data collective, so the
+check's latency hides behind local work and is never skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -77,16 +83,36 @@ def build_digest(
     return torch.tensor(values, dtype=torch.int64)
 
 
-def agree(
-    digest: torch.Tensor,
-    group: Any,
-    world_size: int,
-    rank: int,
-    local_error: XconfError | None,
-) -> None:
-    """Gather every rank's digest and raise on all ranks if any field differs."""
+@dataclass
+class PendingAgreement:
+    """A started digest gather; :meth:`finish` must run before any data collective."""
+
+    digest: torch.Tensor
+    gathered: list[torch.Tensor]
+    work: Any
+    rank: int
+    finished: bool = False
+
+    def finish(self, local_error: XconfError | None) -> None:
+        """Wait for every rank's digest and raise on all ranks if any field differs (a
+        rank's own local error first). A second call does nothing."""
+        if self.finished:
+            return
+        self.finished = True
+        self.work.wait()
+        _compare(self.digest, self.gathered, self.rank, local_error)
+
+
+def start(digest: torch.Tensor, group: Any, world_size: int, rank: int) -> PendingAgreement:
+    """Start gathering every rank's digest (a fixed-shape ``all_gather``) without waiting."""
     gathered = [torch.empty_like(digest) for _ in range(world_size)]
-    dist.all_gather(gathered, digest, group=group)
+    work = dist.all_gather(gathered, digest, group=group, async_op=True)
+    return PendingAgreement(digest, gathered, work, rank)
+
+
+def _compare(
+    digest: torch.Tensor, gathered: list[torch.Tensor], rank: int, local_error: XconfError | None
+) -> None:
     if local_error is not None:
         raise local_error
     failed = [r for r, d in enumerate(gathered) if int(d[-1]) != 0]

@@ -107,6 +107,7 @@ def vocab_parallel_selected_logprob(
             resolved = resolve_impl(impl, local_logits.device.type)
         except LogprobValidationError as exc:
             error = exc
+    pending: preflight.PendingAgreement | None = None
     if s.tp_world_size > 1 and dist.is_available() and dist.is_initialized():
         # Unconditional: validate=False must never let disagreeing ranks reach a collective.
         ok_tensors = error is None
@@ -121,19 +122,25 @@ def vocab_parallel_selected_logprob(
             rows=local_logits.shape[0] if ok_tensors else -1,
             local_error=error,
         )
-        preflight.agree(digest, tp_group, s.tp_world_size, s.tp_rank, error)
-    elif error is not None:
-        raise error
-    if resolved is None:  # unreachable: every failure above raised
-        raise validation.fail("invalid_impl", f"impl {impl!r} did not resolve", "impl")
-    target = target_ids.to(torch.int64)
-    active = validation.resolve_active(target, active_mask, contract)
-    if validate:
-        validation.validate_targets(target, active, contract)
+        # Finished after the local tile pass, before the data collective (see preflight).
+        pending = preflight.start(digest, tp_group, s.tp_world_size, s.tp_rank)
+    if error is not None or resolved is None:
+        if pending is not None:
+            pending.finish(error)  # raises on every rank
+        raise error or validation.fail("invalid_impl", f"impl {impl!r} did not resolve", "impl")
+    try:
+        target = target_ids.to(torch.int64)
+        active = validation.resolve_active(target, active_mask, contract)
+        if validate:
+            validation.validate_targets(target, active, contract)
+    except XconfError:
+        if pending is not None:
+            pending.finish(None)  # a disagreement between ranks is the error to report
+        raise
     tile = s.padded_vocab_size // tiles
     by_rank = tuple((hi - lo) // tile for lo, hi in s.shard_bounds)
     plan = _Plan(contract, resolved, tiles, tile, by_rank, tp_group)
-    logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan)
+    logprob, lse = _SelectedLogprob.apply(local_logits, target, active, plan, pending)
     if validate and bool((active & (lse == NEG_INF)).any()):
         raise validation.fail(
             "row_all_neg_inf", "an active row has every real logit at -inf", "logits"
@@ -206,7 +213,12 @@ def _exchange(
 class _SelectedLogprob(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, logits: torch.Tensor, target: torch.Tensor, active: torch.Tensor, plan: _Plan
+        ctx: Any,
+        logits: torch.Tensor,
+        target: torch.Tensor,
+        active: torch.Tensor,
+        plan: _Plan,
+        pending: preflight.PendingAgreement | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
         x = logits.detach().contiguous()
         s = plan.contract.sharding
@@ -214,6 +226,8 @@ class _SelectedLogprob(torch.autograd.Function):
         rows, local = x.shape
         ctx.plan = plan
         if rows == 0:
+            if pending is not None:
+                pending.finish(None)
             empty = torch.zeros(0, dtype=torch.float32, device=x.device)
             ctx.save_for_backward(x, empty, target, active, active)
             return empty, empty.clone()
@@ -221,7 +235,11 @@ class _SelectedLogprob(torch.autograd.Function):
         owned = (tgt >= lo) & (tgt < lo + local)
         col = (tgt - lo).clamp(0, local - 1)
         z = torch.where(owned, x.gather(1, col[:, None]).squeeze(1).float(), 0.0)
-        m, sx = _tile_partials(x, plan)
+        try:
+            m, sx = _tile_partials(x, plan)
+        finally:
+            if pending is not None:  # every rank agrees before any rank enters the exchange
+                pending.finish(None)
         if plan.world > 1:
             m, sx, z_all = _exchange(m, sx, z, plan)
             starts = torch.tensor(
@@ -237,12 +255,12 @@ class _SelectedLogprob(torch.autograd.Function):
     @staticmethod
     def backward(
         ctx: Any, g_logprob: torch.Tensor | None, g_lse: torch.Tensor | None
-    ) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
+    ) -> tuple[torch.Tensor, None, None, None, None]:  # type: ignore[override]
         x, lse, col, owned, active = ctx.saved_tensors
         plan: _Plan = ctx.plan
         rows, local = x.shape
         if rows == 0:
-            return torch.zeros_like(x), None, None, None
+            return torch.zeros_like(x), None, None, None, None
         g_lp = torch.zeros_like(lse) if g_logprob is None else g_logprob.float()
         g_ls = torch.zeros_like(lse) if g_lse is None else g_lse.float()
         keep = active & torch.isfinite(lse)
@@ -263,4 +281,4 @@ class _SelectedLogprob(torch.autograd.Function):
             grad[:, plan.valid_local :] = 0.0
         hit = (owned & keep).nonzero().squeeze(1)
         grad[hit, col[hit]] = grad[hit, col[hit]] + g_lp[hit]
-        return grad.to(x.dtype), None, None, None
+        return grad.to(x.dtype), None, None, None, None
