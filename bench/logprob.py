@@ -3,7 +3,9 @@
 Ratios are measured side by side, so they hold on a busy machine: in one process the
 plain way, one read pass over the logits (``logits.sum()``: the machine's own floor) and
 the operator run interleaved, repeat by repeat, and each time is the median; TP > 1 runs
-as a spawned gloo world (CPU) whose ranks run the operator after a barrier each repeat.
+as a spawned gloo world (CPU) whose ranks run the operator after a barrier each repeat,
+interleaved with a read pass of each rank's own shard (all ranks at once: the world's own
+floor, measured side by side with it, printed as ``world_read_passes``).
 Peak memory: on CPU the resident high-water mark (``VmHWM``, reset through
 ``/proc/self/clear_refs``) over one call, minus the resident size before it; on CUDA
 ``max_memory_allocated`` over one call, minus the allocated size before it.
@@ -199,9 +201,12 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: 
     def det() -> Any:
         return vocab_parallel_selected_logprob(logits, target, active, contract=det_c)
 
+    def read() -> Any:
+        return logits.sum()
+
     det()
     peaks = {"det": _peak_of(det, "cpu")}
-    times = _interleaved({"det": det}, args.repeats, "cpu", sync=dist.barrier)
+    times = _interleaved({"read": read, "det": det}, args.repeats, "cpu", sync=dist.barrier)
     record = {"times": times, "peaks": peaks, "det_digest": _digest(*det())}
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
@@ -220,7 +225,7 @@ def _child_tp(world: int, args: argparse.Namespace) -> dict[str, Any]:
         records = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
     digests = {r["det_digest"] for r in records}
     return {
-        "times": {"det": max(r["times"]["det"] for r in records)},
+        "times": {k: max(r["times"][k] for r in records) for k in ("read", "det")},
         "peaks": {"det": sum(r["peaks"]["det"] for r in records)},
         "det_digest": records[0]["det_digest"] if len(digests) == 1 else "ranks-disagree",
     }
@@ -266,7 +271,13 @@ def main() -> None:
     rows: list[tuple[str, float, int, str]] = []
     for world, record in [(1, single), *worlds.items()]:
         same = record["det_digest"] == single["det_digest"]
-        note = f" bits_equal_tp1={same}" if world > 1 else ""
+        note = ""
+        if world > 1:
+            world_read = record["times"]["read"]
+            note = (
+                f" bits_equal_tp1={same} world_read_pass={world_read * 1e3:.2f} ms"
+                f" world_read_passes={record['times']['det'] / world_read:.2f}"
+            )
         rows.append((f"det_tp{world}", record["times"]["det"], record["peaks"]["det"], note))
     if "simulated_tp_bits_equal" in single:
         rows[0] = (

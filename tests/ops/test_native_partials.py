@@ -94,6 +94,28 @@ def test_row_bits_do_not_depend_on_batch_offset_or_threads(variant: native.Varia
         assert torch.equal(_bits(m), _bits(ref_m[start : start + size])), (start, size)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pipelined_rows_equal_rows_reduced_alone(
+    variant: native.Variant, dtype: torch.dtype
+) -> None:
+    """A call reduces row i + 1's max while it reduces row i's exps: every row's bits must
+    still be those of the row alone, also next to identity, NaN and one-hot rows."""
+    kernel = native.kernel(variant)
+    for width in WIDTHS:
+        x = _rows(9, width, dtype, seed=width)
+        x[1] = NEG_INF  # an identity row: its exp pass is skipped, the next max runs alone
+        x[3, 0] = NAN
+        x[5] = -1e4 if dtype == torch.float16 else -1e30
+        x[5, width // 2] = 0.0
+        x[6, width - 1] = POS_INF
+        m, s = kernel.row_partials(x)
+        for i in range(x.shape[0]):
+            alone_m, alone_s = kernel.row_partials(x[i : i + 1].clone())
+            assert torch.equal(_bits(m[i : i + 1]), _bits(alone_m)), (width, i)
+            assert torch.equal(_bits(s[i : i + 1]), _bits(alone_s)), (width, i)
+
+
 def test_best_and_portable_builds_agree_within_tolerance() -> None:
     x = _rows(64, 2374, torch.float32, seed=9)
     _, best = native.kernel("best").row_partials(x)

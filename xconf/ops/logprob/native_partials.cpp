@@ -13,6 +13,14 @@
 // with unaligned loads only, so neither the row's address, the number of rows in the
 // call nor the thread that runs it changes a single bit. Results never go subnormal
 // (arguments are clamped at -87), so flush-to-zero settings cannot change them either.
+//
+// Why it runs at the speed of one read of the logits: a row's max pass and exp pass are
+// software-pipelined across rows. The exp pass of row i (from L1, where its max pass
+// left it) runs interleaved with the max pass of row i + 1 (from L2), while row i + 2 is
+// prefetched from memory into L2. The instruction stream interleaves independent work
+// only: each accumulator still sees exactly the operations, in the order, of a row
+// reduced alone, so pipelining changes no bit (the tests compare against rows scored
+// alone, in other batches and at other offsets).
 
 #include <cmath>
 #include <cstdint>
@@ -29,12 +37,13 @@
 namespace {
 
 constexpr int kLanes = 16;
-// While a row's exp pass runs from cache, the row this many rows ahead is prefetched into
-// L2 (not L1: an L1 prefetch holds one of the core's few line-fill buffers until its line
-// arrives, which caps the bytes in flight below what memory can deliver). Two rows ahead
-// keeps requests in flight across the row boundary, where one row ahead let them drain.
-// Measured on the 2-core Xeon (1024 x 151936 fp32, 2374-wide rows, one thread): 1.13
-// read passes with (L1, 1 row ahead), 1.05-1.10 with (L2, 2 rows ahead); no prefetch 1.43.
+// While row i's exp pass runs, row i + kPrefetchRows is prefetched into L2 (not L1: an L1
+// prefetch holds one of the core's few line-fill buffers until its line arrives, which
+// caps the bytes in flight below what memory delivers; and row i + 1 is already being
+// read by its max pass). Measured on the 2-core Xeon (2048 x 151936 fp32, 2374-wide rows,
+// one thread, CPU time against torch's sum): unpipelined with the next row prefetched
+// into L1 1.13 read passes, into L2 two rows ahead 1.04, pipelined as here 0.99; with
+// no prefetch at all 1.43.
 constexpr int64_t kPrefetchRows = 2;
 constexpr float kLog2e = 1.44269504088896341f;
 // exp(-87) is about 1.6e-38, still a normal float: below it every term is negligible
@@ -221,41 +230,83 @@ const void* offset(const void* base, int32_t dtype, int64_t elements) {
   return static_cast<const char*>(base) + elements * bytes;
 }
 
-void row_partial(const void* row, const void* next, int32_t dtype, int64_t width, float* m_out,
-                 float* s_out) {
-  const int64_t body = width - width % kLanes;
-  const int tail_count = static_cast<int>(width - body);
-  const Vec ninf = splat(-INFINITY);
-  // Four max accumulators: one would serialise on the max latency.
-  Vec m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+// The max pass of one row: four accumulators over 64-element steps (one would serialise
+// on the max latency), then single vectors, then the masked tail.
+struct MaxPass {
+  Vec m0 = splat(-INFINITY), m1 = splat(-INFINITY), m2 = splat(-INFINITY),
+      m3 = splat(-INFINITY);
   int64_t j = 0;
-  for (; j + 4 * kLanes <= body; j += 4 * kLanes) {
+
+  // One 64-element step at j; the caller checks j + 64 <= body.
+  void step(const void* row, int32_t dtype) {
     m0 = vmax(m0, load(row, dtype, j));
     m1 = vmax(m1, load(row, dtype, j + kLanes));
     m2 = vmax(m2, load(row, dtype, j + 2 * kLanes));
     m3 = vmax(m3, load(row, dtype, j + 3 * kLanes));
+    j += 4 * kLanes;
   }
-  for (; j < body; j += kLanes) m0 = vmax(m0, load(row, dtype, j));
-  const Vec tail = tail_count ? load_tail(row, dtype, body, tail_count) : ninf;
-  m0 = vmax(vmax(vmax(m0, tail), m1), vmax(m2, m3));
-  const float m = hmax(m0);
-  *m_out = m;
-  if (m == -INFINITY) {  // the identity partial; the exp pass would only add clamped terms
-    *s_out = 0.0f;
-    return;
+
+  // The rest of the pass from j: returns the row's max; `tail` gets its masked tail.
+  float finish(const void* row, int32_t dtype, int64_t body, int tail_count, Vec* tail) {
+    while (j + 4 * kLanes <= body) step(row, dtype);
+    for (; j < body; j += kLanes) m0 = vmax(m0, load(row, dtype, j));
+    *tail = tail_count ? load_tail(row, dtype, body, tail_count) : splat(-INFINITY);
+    return hmax(vmax(vmax(vmax(m0, *tail), m1), vmax(m2, m3)));
   }
-  const Vec shift = splat(m);
-  Vec a0 = splat(0.0f), a1 = splat(0.0f);
-  j = 0;
-  // The exp pass runs from cache; prefetching a later row keeps memory busy meanwhile.
-  for (; j + 2 * kLanes <= body; j += 2 * kLanes) {
-    if (next != nullptr) prefetch(next, dtype, j);
-    a0 = vadd(a0, exp_nonpositive(vsub(load(row, dtype, j), shift)));
-    a1 = vadd(a1, exp_nonpositive(vsub(load(row, dtype, j + kLanes), shift)));
+};
+
+inline Vec exp_term(const void* row, int32_t dtype, int64_t at, Vec shift) {
+  return exp_nonpositive(vsub(load(row, dtype, at), shift));
+}
+
+// (m, s) of `rows` rows of `width` logits, `stride` elements apart, pipelined (see the
+// top of the file). The exp pass: two accumulators taking alternate vectors, the rest
+// into the first, the tail into the second, a fixed horizontal sum. A row whose max is
+// -inf is the identity partial (-inf, 0): its exp pass would only add clamped terms.
+void reduce_rows(const void* x, int32_t dtype, int64_t rows, int64_t width, int64_t stride,
+                 float* m_out, float* s_out) {
+  const int64_t body = width - width % kLanes;
+  const int tail_count = static_cast<int>(width - body);
+  Vec tail;
+  MaxPass first;
+  float m = first.finish(x, dtype, body, tail_count, &tail);
+  for (int64_t i = 0; i < rows; ++i) {
+    const void* row = offset(x, dtype, i * stride);
+    const void* next = i + 1 < rows ? offset(x, dtype, (i + 1) * stride) : nullptr;
+    const void* ahead =
+        i + kPrefetchRows < rows ? offset(x, dtype, (i + kPrefetchRows) * stride) : nullptr;
+    MaxPass following;
+    m_out[i] = m;
+    if (m == -INFINITY) {
+      s_out[i] = 0.0f;
+    } else {
+      const Vec shift = splat(m);
+      Vec a0 = splat(0.0f), a1 = splat(0.0f);
+      int64_t j = 0;
+      if (next != nullptr) {
+        for (; j + 4 * kLanes <= body; j += 4 * kLanes) {
+          if (ahead != nullptr) {
+            prefetch(ahead, dtype, j);
+            prefetch(ahead, dtype, j + 2 * kLanes);
+          }
+          following.step(next, dtype);  // at j, in step with this loop
+          a0 = vadd(a0, exp_term(row, dtype, j, shift));
+          a1 = vadd(a1, exp_term(row, dtype, j + kLanes, shift));
+          a0 = vadd(a0, exp_term(row, dtype, j + 2 * kLanes, shift));
+          a1 = vadd(a1, exp_term(row, dtype, j + 3 * kLanes, shift));
+        }
+      }
+      for (; j + 2 * kLanes <= body; j += 2 * kLanes) {
+        if (ahead != nullptr) prefetch(ahead, dtype, j);
+        a0 = vadd(a0, exp_term(row, dtype, j, shift));
+        a1 = vadd(a1, exp_term(row, dtype, j + kLanes, shift));
+      }
+      for (; j < body; j += kLanes) a0 = vadd(a0, exp_term(row, dtype, j, shift));
+      if (tail_count) a1 = vadd(a1, exp_nonpositive(vsub(tail, shift)));
+      s_out[i] = hsum(vadd(a0, a1));
+    }
+    if (next != nullptr) m = following.finish(next, dtype, body, tail_count, &tail);
   }
-  for (; j < body; j += kLanes) a0 = vadd(a0, exp_nonpositive(vsub(load(row, dtype, j), shift)));
-  if (tail_count) a1 = vadd(a1, exp_nonpositive(vsub(tail, shift)));
-  *s_out = hsum(vadd(a0, a1));
 }
 
 // Partials in order merged into one: returns M = max m_t and writes S = sum s_t exp(m_t - M),
@@ -328,17 +379,15 @@ int32_t xconf_partials_isa(void) { return XCONF_NATIVE_AVX512 ? 512 : 0; }
 // Rows start `row_stride` elements apart; `m_out` and `s_out` hold `rows` floats each.
 void xconf_row_partials(const void* x, int32_t dtype, int64_t rows, int64_t width,
                         int64_t row_stride, float* m_out, float* s_out) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const void* row = offset(x, dtype, i * row_stride);
-    const void* next =
-        i + kPrefetchRows < rows ? offset(x, dtype, (i + kPrefetchRows) * row_stride) : nullptr;
-    if (width <= 0) {
+  if (rows <= 0) return;
+  if (width <= 0) {
+    for (int64_t i = 0; i < rows; ++i) {
       m_out[i] = -INFINITY;
       s_out[i] = 0.0f;
-      continue;
     }
-    row_partial(row, next, dtype, width, m_out + i, s_out + i);
+    return;
   }
+  reduce_rows(x, dtype, rows, width, row_stride, m_out, s_out);
 }
 
 // Deterministic merge: `rows` rows of `tiles` partials (row-major) to the rows' LSE.
