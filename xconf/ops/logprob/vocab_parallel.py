@@ -192,22 +192,28 @@ def _run_partials(kernel: kernels.Kernel, t: torch.Tensor) -> tuple[torch.Tensor
 def _exchange(
     m: torch.Tensor, sx: torch.Tensor, z: torch.Tensor, plan: _Plan
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """All-gather tile partials and owned target logits; returns global-order ``[N, T]``."""
+    """All-gather tile partials and owned target logits; returns global-order ``[N, T]``
+    partials and the ``[world, N]`` target logits. One collective into one buffer."""
     rows, count = m.shape
     width = max(plan.tiles_by_rank)
-    pack = torch.zeros(rows, 2 * width + 1, dtype=torch.float32, device=m.device)
-    pack[:, :width] = NEG_INF
+    pack = torch.empty(rows, 2 * width + 1, dtype=torch.float32, device=m.device)
+    if count < width:  # slots past this rank's tiles are never read; sent as identities
+        pack[:, count:width] = NEG_INF
+        pack[:, width + count : 2 * width] = 0.0
     pack[:, :count] = m
     pack[:, width : width + count] = sx
     pack[:, 2 * width] = z
-    gathered = [torch.empty_like(pack) for _ in range(plan.world)]
-    dist.all_gather(gathered, pack, group=plan.group)
-    m_all = torch.cat([g[:, :c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1)
-    s_all = torch.cat(
-        [g[:, width : width + c] for g, c in zip(gathered, plan.tiles_by_rank, strict=True)], 1
-    )
-    z_all = torch.stack([g[:, 2 * width] for g in gathered])
-    return m_all, s_all, z_all
+    flat = torch.empty(plan.world * rows, 2 * width + 1, dtype=torch.float32, device=m.device)
+    dist.all_gather_single(flat, pack, group=plan.group)  # gloo takes the concatenated form
+    gathered = flat.view(plan.world, rows, 2 * width + 1)
+    if all(c == width for c in plan.tiles_by_rank):  # even shards: two strided copies
+        m_all = gathered[:, :, :width].transpose(0, 1).reshape(rows, -1)
+        s_all = gathered[:, :, width : 2 * width].transpose(0, 1).reshape(rows, -1)
+    else:
+        counts = list(enumerate(plan.tiles_by_rank))
+        m_all = torch.cat([gathered[r, :, :c] for r, c in counts], 1)
+        s_all = torch.cat([gathered[r, :, width : width + c] for r, c in counts], 1)
+    return m_all, s_all, gathered[:, :, 2 * width]
 
 
 class _SelectedLogprob(torch.autograd.Function):
