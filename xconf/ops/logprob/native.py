@@ -50,6 +50,10 @@ DEFINES: dict[Variant, tuple[str, ...]] = {"best": (), "portable": ("-DXCONF_NAT
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # Below this many elements per thread, handing rows to another thread costs more than it saves.
 MIN_ELEMENTS_PER_THREAD = 1 << 18
+# Rows are handed out in this many chunks per thread, each thread taking the next free one:
+# on a shared machine a thread that loses its core for a while leaves its rows to the
+# others instead of holding up the call (a row's bits never depend on its chunk).
+CHUNKS_PER_THREAD = 8
 COMPILE_TIMEOUT_S = 300
 
 
@@ -105,20 +109,32 @@ class NativeKernel:
 
     def _split(self, rows: int, elements: int, job: Any) -> None:
         """Runs ``job(start, count)`` over row ranges on up to ``torch.get_num_threads()``
-        threads (ctypes releases the GIL); each row is reduced alone, so the split never
-        changes a bit."""
+        threads (ctypes releases the GIL), chunks taken first come first served; each row
+        is reduced alone, so the split never changes a bit."""
         if rows == 0:
             return
         threads = max(1, min(torch.get_num_threads(), rows, elements // MIN_ELEMENTS_PER_THREAD))
-        step = -(-rows // threads)
-        starts = list(range(0, rows, step))
-        futures = [
-            _pool(len(starts) - 1).submit(job, start, min(step, rows - start))
-            for start in starts[1:]
-        ]
-        job(0, min(step, rows))
-        for future in futures:
-            future.result()
+        if threads == 1:
+            job(0, rows)
+            return
+        step = -(-rows // min(rows, threads * CHUNKS_PER_THREAD))
+        starts = iter(range(0, rows, step))
+        lock = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    start = next(starts, None)
+                if start is None:
+                    return
+                job(start, min(step, rows - start))
+
+        futures = [_pool(threads - 1).submit(work) for _ in range(threads - 1)]
+        try:
+            work()
+        finally:
+            for future in futures:
+                future.result()
 
 
 def _rows_input(x: torch.Tensor) -> tuple[torch.Tensor, int]:
