@@ -195,6 +195,12 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
             contract_for(real, padded, bounds, torch.float32, rank),
             {"local_logits": local[:, :-1] if rank == 1 else local},
         ),
+        # Agreed inputs that fail a data check, raised after the asynchronous preflight
+        # was started: every rank raises the same coded error and the group stays usable.
+        "bad_target": (
+            contract_for(real, padded, bounds, torch.float32, rank),
+            {"target_ids": torch.full_like(target, padded + 5), "validate": True},
+        ),
     }
     for case, (contract, overrides) in scoped.items():
         kwargs: dict[str, Any] = {"local_logits": local, **overrides}
@@ -202,10 +208,10 @@ def tp2_world(rank: int, world: int) -> dict[str, Any]:
         try:
             vocab_parallel_selected_logprob(
                 kwargs.pop("local_logits"),
-                target,
+                kwargs.pop("target_ids", target),
                 active,
                 contract=contract,
-                validate=False,
+                validate=kwargs.pop("validate", False),
                 **kwargs,
             )
             errors[case] = "no error"

@@ -54,6 +54,7 @@ def test_tp2_bitwise_and_preflight(tmp_path: Path, tp1: dict[str, Any]) -> None:
     assert [e["determinism"] for e in errors] == ["logprob.preflight.determinism_mode_mismatch"] * 2
     assert errors[0]["shard_size"] == "logprob.preflight.peer_failed"
     assert errors[1]["shard_size"] == "logprob.call.shard_size"
+    assert [e["bad_target"] for e in errors] == ["logprob.call.target_out_of_range"] * 2
     # Loud and bounded: each failure returns at preflight speed, not a collective timeout.
     assert max(max(r["seconds"].values()) for r in results) < 20.0
 
