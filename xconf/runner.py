@@ -80,6 +80,34 @@ class CaseRecord:
     # execution): the verdict stands but says nothing about the knob.
     intervention_applied: bool = True
 
+    @classmethod
+    def from_comparison(
+        cls,
+        doc: Mapping[str, Any],
+        *,
+        case_id: str,
+        label: str,
+        kind: str,
+        attempt_id: str,
+        reused: bool,
+    ) -> CaseRecord:
+        """The row for one sealed attempt, read from its ``comparison.json`` document."""
+        diff = doc.get("diff") or {}
+        return cls(
+            case_id=case_id,
+            label=label,
+            kind=kind,
+            attempt_id=attempt_id,
+            result=doc["result"],
+            reused=reused,
+            active_tokens=int(doc.get("active_tokens") or 0),
+            mismatches=int(doc.get("mismatches") or 0),
+            max_abs_diff=diff.get("max"),
+            p99_abs_diff=diff.get("p99"),
+            reason=doc.get("reason"),
+            intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
+        )
+
 
 @dataclass
 class RunSummary:
@@ -453,18 +481,11 @@ def _score_tensors(score: SideScore | None) -> dict[str, torch.Tensor]:
 def _record(
     case: ExecutionCase, attempt_id: str, doc: Mapping[str, Any], *, reused: bool
 ) -> CaseRecord:
-    diff = doc.get("diff") or {}
-    return CaseRecord(
+    return CaseRecord.from_comparison(
+        doc,
         case_id=case.case.case_id,
         label=case.case.label(),
         kind=case.case.kind,
         attempt_id=attempt_id,
-        result=doc["result"],
         reused=reused,
-        active_tokens=int(doc.get("active_tokens") or 0),
-        mismatches=int(doc.get("mismatches") or 0),
-        max_abs_diff=diff.get("max"),
-        p99_abs_diff=diff.get("p99"),
-        reason=doc.get("reason"),
-        intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
     )

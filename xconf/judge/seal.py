@@ -179,7 +179,7 @@ def judge_cases(
         reusable = store.find_reusable(case.case_id, key) if resume else None
         if reusable is not None:
             doc = read_json(reusable.path / "comparison.json")
-            summary.records.append(_record(index, case, reusable.attempt_id, doc, reused=True))
+            summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
         inputs = _inputs(identity)
         threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
@@ -201,9 +201,7 @@ def judge_cases(
         published = store.publish_attempt(
             case.case_id, key, documents, tensors, outcome.document["result"]
         )
-        summary.records.append(
-            _record(index, case, published.attempt_id, outcome.document, reused=False)
-        )
+        summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
 
@@ -248,20 +246,12 @@ def _documents(
     }
 
 
-def _record(
-    index: int, case: JudgedCase, attempt_id: str, doc: dict[str, Any], *, reused: bool
-) -> CaseRecord:
-    diff = doc.get("diff") or {}
-    return CaseRecord(
+def _record(case: JudgedCase, attempt_id: str, doc: dict[str, Any], *, reused: bool) -> CaseRecord:
+    return CaseRecord.from_comparison(
+        doc,
         case_id=case.case_id,
         label=f"dump={case.dump.name} ({case.rollout_dtype}/{case.training_dtype})",
         kind="judged",
         attempt_id=attempt_id,
-        result=doc["result"],
         reused=reused,
-        active_tokens=int(doc.get("active_tokens") or 0),
-        mismatches=int(doc.get("mismatches") or 0),
-        max_abs_diff=diff.get("max"),
-        p99_abs_diff=diff.get("p99"),
-        reason=doc.get("reason"),
     )
