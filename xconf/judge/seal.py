@@ -20,11 +20,12 @@ import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
+from xconf.case_documents import TENSOR_SCHEMA, score_tensors
+from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError, sha256_path
-from xconf.runner import TENSOR_SCHEMA, CaseRecord, RunSummary
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
 JUDGE_VERSION = "xconf-judge.v1"
@@ -194,8 +195,8 @@ def judge_cases(
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {
-            "score_rollout.safetensors": _tensors(rollout),
-            "score_training.safetensors": _tensors(training),
+            "score_rollout.safetensors": score_tensors(rollout),
+            "score_training.safetensors": score_tensors(training),
             "token_diffs.safetensors": outcome.token_diffs,
         }
         published = store.publish_attempt(
@@ -204,12 +205,6 @@ def judge_cases(
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
-
-
-def _tensors(score: SideScore) -> dict[str, torch.Tensor]:
-    from xconf.runner import _score_tensors
-
-    return _score_tensors(score)
 
 
 def _documents(
