@@ -42,8 +42,10 @@ from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
     check_pre_build,
+    failed_readback,
     not_applied,
     refusal,
+    split_readback,
     strict_violations,
     unreached_applications,
     with_fingerprints,
@@ -328,12 +330,18 @@ class PairedRunner:
             check_untouched(side, given, inputs)
             check_echo(side, identity, recorded, scores[side])
             # Read back after scoring: request-lifecycle knobs are only observable then.
-            readback = engine.readback()
+            try:
+                readback = engine.readback()
+            except Exception as exc:  # nothing was read: each knob is an error, with the reason
+                readback = failed_readback(side_binding, exc)
             applications = apply_readback(side_binding, readback)
             applications += (backend_application(side, knobs, case.operator(side)),)
             actual["sides"][side] = [a.to_dict() for a in applications]
-            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...).
-            actual.setdefault("readback", {})[side] = json.loads(json.dumps(readback, default=str))
+            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...),
+            # and the values it derived (its vocab layout), recorded apart.
+            derived, reported = split_readback(readback)
+            actual.setdefault("readback", {})[side] = json.loads(json.dumps(reported, default=str))
+            actual.setdefault("derived", {})[side] = derived
             actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
             reasons = strict_violations(applications, strict_fallback=strict)
             if reasons:

@@ -135,3 +135,21 @@ def test_identity_violation_raised_by_an_adapter_is_invalid_identity(s0_doc, tmp
     actual = attempt_doc(summary, "rollout.dtype=bfloat16", "actual.json")
     assert actual["sides"]["rollout"] and actual["sides"]["training"]  # never empty
     assert {a["status"] for a in actual["sides"]["rollout"]} == {"error"}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_knob_whose_readback_raises_is_an_error_with_the_reason(s0_doc, tmp_path, strict) -> None:
+    summary = _run(s0_doc, tmp_path, liars.ReadbackRaises(), strict_fallback=strict)
+    label = "training.attention_backend=eager"
+    _only_changed(summary, label, "error")  # with or without strict execution
+    actual = attempt_doc(summary, label, "actual.json")
+    rows = {a["path"]: a for a in actual["sides"]["training"]}
+    assert rows.keys() >= {"batch.size", "training.compute_dtype", "training.attention_backend"}
+    for path, row in rows.items():
+        if path == "logp.backend":  # the operator the session bound, not read from the engine
+            continue
+        assert row["status"] == "error" and row["actual"] is None, row
+        assert "readback failed: RuntimeError: the engine's state went away" in row["evidence"]
+    assert {a["status"] for a in actual["sides"]["rollout"]} == {"applied"}  # read back fine
+    error = attempt_doc(summary, label, "comparison.json")["error"]
+    assert error["path"].startswith("training:") and "readback failed" in error["message"]

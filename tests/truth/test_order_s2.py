@@ -97,3 +97,15 @@ def test_prefix_caching_is_measured_from_engine_hits_in_both_orders(both_orders:
         base_readback = read_json(_attempt(summary, base) / "actual.json")["readback"]["rollout"]
         assert base_readback["rollout.prefix_cache_hits"] == 0, base_readback
     assert hits[0] == hits[1], hits
+
+
+def test_tp2_records_each_workers_vocab_shard(both_orders: Any) -> None:
+    (forward, _), _ = both_orders
+    tp2 = next(r for r in forward.records if r.label == "rollout.tensor_parallel_size=2")
+    derived = read_json(_attempt(forward, tp2) / "actual.json")["derived"]
+    # vLLM's lm_head: 512 columns (already a multiple of 64) split over the two TP workers.
+    assert derived["rollout"]["rollout.vocab_layout"]["shard_bounds"] == [[0, 256], [256, 512]]
+    assert derived["rollout"]["rollout.world_size"] == 2
+    # The training side keeps its own one-shard layout and world (one knob at a time).
+    assert derived["training"]["training.vocab_layout"]["shard_bounds"] == [[0, 512]]
+    assert derived["training"]["training.world_size"] == 1

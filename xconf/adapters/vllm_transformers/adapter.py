@@ -30,6 +30,7 @@ from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
     KnobApplication,
+    ReadbackValue,
     RuntimeBinding,
     SelectedLogprobOp,
     SideBinding,
@@ -373,7 +374,7 @@ class _Timed:
         """The engine itself (``xconf localize`` hooks the module inside it)."""
         return self._engine
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         return self._engine.readback()
 
     def score(

@@ -20,6 +20,7 @@ from xconf.runtime.protocol import (
     Engine,
     FrozenInputs,
     KnobApplication,
+    ReadbackValue,
     RuntimeBinding,
     SelectedLogprobOp,
     SideBinding,
@@ -67,7 +68,7 @@ class HfReferenceSide:
     ) -> SideScore:
         return self._inner.score(inputs, identity, batch_size, operator)
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         live = self._inner.readback()
         wrapped = live.get("training.sharding")
         return {
@@ -82,6 +83,7 @@ class HfReferenceSide:
             "rollout.batch_invariant": False,
             "batch.size": live.get("batch.size"),
             "rollout.attention_backend": live.get("training.attention_backend"),
+            "rollout.vocab_layout": live.get("training.vocab_layout"),
         }
 
     def close(self) -> None:
