@@ -17,6 +17,14 @@ from xconf.runtime.materialization import apply_readback, split_readback
 from xconf.runtime.protocol import ReadbackFailure, SideBinding, planned_application
 
 pytestmark = [pytest.mark.slow]
+# The tiny checkpoint's 512-token vocabulary: already a multiple of vLLM's padding (64).
+UNPADDED_512 = {
+    "real_vocab_size": 512,
+    "padded_vocab_size": 512,
+    "shard_bounds": [[0, 512]],
+    "tp_world_size": 1,
+    "cp_world_size": 1,
+}
 
 
 def _workers_fail(worker: Any) -> dict[str, Any]:
@@ -49,13 +57,7 @@ def test_vllm_layout_is_recorded_and_a_failed_worker_read_is_an_error(model_reco
     try:
         derived, _ = split_readback(side.readback())
         # vLLM's lm_head pads the 512-token vocabulary to a multiple of 64: one TP shard.
-        assert derived["rollout.vocab_layout"] == {
-            "real_vocab_size": 512,
-            "padded_vocab_size": 512,
-            "shard_bounds": [[0, 512]],
-            "tp_world_size": 1,
-            "cp_world_size": 1,
-        }
+        assert derived["rollout.vocab_layout"] == UNPADDED_512
         engine: Any = side.engine  # the _WorkersBreak built above
         engine.broken = True
         readback = side.readback()
@@ -83,11 +85,5 @@ def test_training_layout_is_the_lm_head_as_built(model_record) -> None:
     side = HfTrainingSide(TrainingScorerConfig(model_path=model_record.path))
     derived, _ = split_readback(side.readback())
     # Not vocab-parallel: the whole (unpadded) vocabulary in one shard on every rank.
-    assert derived["training.vocab_layout"] == {
-        "real_vocab_size": 512,
-        "padded_vocab_size": 512,
-        "shard_bounds": [[0, 512]],
-        "tp_world_size": 1,
-        "cp_world_size": 1,
-    }
+    assert derived["training.vocab_layout"] == UNPADDED_512
     assert derived["training.world_size"] == 1  # derived too: the side's FSDP mesh

@@ -83,6 +83,11 @@ def planned_application(
     )
 
 
+def applied_application(path: str, side: Side, value: KnobValue, evidence: str) -> KnobApplication:
+    """A knob materialized exactly as requested (the engine's readback then confirms it)."""
+    return planned_application(path, side, value, value, "applied", evidence)
+
+
 def unsupported_application(
     path: str, side: Side, requested: KnobValue, why: str
 ) -> KnobApplication:

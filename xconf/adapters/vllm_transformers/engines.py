@@ -78,19 +78,6 @@ def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
             )
 
 
-def _side_score(
-    inputs: FrozenInputs, identity: Identity, logprobs: Any, evidence: ReadOnlyEvidence
-) -> SideScore:
-    return SideScore(
-        logprobs=logprobs,
-        scored_token_ids=inputs.token_ids.clone(),
-        scored_selected_ids=inputs.selected_token_ids.clone(),
-        scored_active_mask=inputs.active_mask.clone(),
-        evidence=evidence,
-        identity_digest=identity.digest(),
-    )
-
-
 def _worker_weight_digest(worker: Any) -> str:
     """Runs in each vLLM worker: digest of the loaded (rank-local) weights."""
     import torch
@@ -102,7 +89,40 @@ def _worker_weight_digest(worker: Any) -> str:
     return h.hexdigest()
 
 
-class VllmRolloutSide:
+class _FrozenSide:
+    """Scores the identity's own frozen layout (the runner's tensors are checked against it
+    first) and echoes back what it scored; a side supplies ``_score`` and its evidence."""
+
+    def score(
+        self,
+        inputs: FrozenInputs,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> SideScore:
+        batch = FrozenBatch.from_identity(identity)
+        _check_inputs(inputs, batch)
+        logprobs, evidence = self._score(batch, identity, batch_size, operator)
+        return SideScore(
+            logprobs=logprobs,
+            scored_token_ids=inputs.token_ids.clone(),
+            scored_selected_ids=inputs.selected_token_ids.clone(),
+            scored_active_mask=inputs.active_mask.clone(),
+            evidence=evidence,
+            identity_digest=identity.digest(),
+        )
+
+    def _score(
+        self,
+        batch: FrozenBatch,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> tuple[Any, ReadOnlyEvidence]:
+        raise NotImplementedError
+
+
+class VllmRolloutSide(_FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`."""
 
     def __init__(self, cfg: Any, engine_class: type[Any] | None = None) -> None:
@@ -114,17 +134,15 @@ class VllmRolloutSide:
         digests = self.engine.llm.collective_rpc(_worker_weight_digest)
         return hashlib.sha256("|".join(digests).encode()).hexdigest()
 
-    def score(
+    def _score(
         self,
-        inputs: FrozenInputs,
+        batch: FrozenBatch,
         identity: Identity,
         batch_size: int,
         operator: SelectedLogprobOp | None,
-    ) -> SideScore:
+    ) -> tuple[Any, ReadOnlyEvidence]:
         from xconf.adapters.vllm.scorer import score_frozen
 
-        batch = FrozenBatch.from_identity(identity)
-        _check_inputs(inputs, batch)
         before = self._weights()
         logprobs = score_frozen(self.engine, batch, identity.scoring_mode, batch_size, operator)
         evidence = ReadOnlyEvidence(
@@ -134,7 +152,7 @@ class VllmRolloutSide:
             used_kv_cache=True,  # the rollout side decodes with its paged KV cache
             generated_tokens=False,  # forced decoding emitted exactly the frozen tokens (checked)
         )
-        return _side_score(inputs, identity, logprobs, evidence)
+        return logprobs, evidence
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = self.engine.readback()
@@ -181,6 +199,13 @@ class OnSideRanks:
         self.side = side
         self.engine: Any = build(side.group) if side.member else None
 
+    @classmethod
+    def on(cls, ranks: int, build: Callable[[Any], Any]) -> OnSideRanks:
+        """The engine ``build(group)`` makes, on launched ranks ``0 .. ranks - 1``."""
+        from xconf.runtime.ranks import side_group
+
+        return cls(build, side_group(ranks))
+
     def score(
         self,
         inputs: FrozenInputs,
@@ -206,7 +231,7 @@ class OnSideRanks:
             self.engine.close()
 
 
-class HfTrainingSide:
+class HfTrainingSide(_FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`."""
 
     def __init__(self, cfg: Any, group: Any = None) -> None:
@@ -214,15 +239,13 @@ class HfTrainingSide:
 
         self.scorer = HFTrainingScorer(cfg, group)
 
-    def score(
+    def _score(
         self,
-        inputs: FrozenInputs,
+        batch: FrozenBatch,
         identity: Identity,
         batch_size: int,
         operator: SelectedLogprobOp | None,
-    ) -> SideScore:
-        batch = FrozenBatch.from_identity(identity)
-        _check_inputs(inputs, batch)
+    ) -> tuple[Any, ReadOnlyEvidence]:
         result = self.scorer.score(batch, batch_size, operator)
         evidence = ReadOnlyEvidence(
             state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
@@ -231,7 +254,7 @@ class HfTrainingSide:
             used_kv_cache=False,  # use_cache=False, full teacher-forced pass
             generated_tokens=False,
         )
-        return _side_score(inputs, identity, result.logprobs, evidence)
+        return result.logprobs, evidence
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = dict(self.scorer.readback())
