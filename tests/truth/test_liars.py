@@ -49,6 +49,10 @@ def test_the_plan_passes_on_the_honest_runtime(s0_doc, tmp_path) -> None:
     summary = _run(s0_doc, tmp_path, liars.SameAsCpuSmoke())
     assert _results(summary) == HONEST
     assert all(r.intervention_applied for r in summary.records)
+    derived = attempt_doc(summary, "baseline", "actual.json")["derived"]
+    for side in ("rollout", "training"):  # the synthetic head as built: 97 columns, one shard
+        layout = derived[side][f"{side}.vocab_layout"]
+        assert (layout["padded_vocab_size"], layout["shard_bounds"]) == (97, [[0, 97]]), layout
 
 
 def test_ignored_declared_knob_is_an_error_naming_it_under_strict(s0_doc, tmp_path) -> None:
