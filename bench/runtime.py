@@ -79,7 +79,7 @@ def _instrument() -> None:
     _wrap(runner, "check_pre_build", "binding")
     _wrap(runner, "compare", "comparison")
     _wrap(runner, "error_outcome", "comparison")
-    _wrap(runner.PairedRunner, "_documents", "publication")
+    _wrap(runner, "case_documents", "publication")
     _wrap(ExperimentStore, "publish_attempt", "publication")
     _wrap(session, "publish_plan", "publication")
     _wrap(runner.PairedRunner, "execution_key", "resume_checks")

@@ -6,9 +6,8 @@ import json
 import platform
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,6 +15,8 @@ import torch
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest
+from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors
+from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
     compare,
@@ -23,6 +24,7 @@ from xconf.comparison import (
     identity_outcome,
 )
 from xconf.contract.loader import NumericalContract, load_contract
+from xconf.engine_cache import EngineCache
 from xconf.errors import IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
@@ -40,59 +42,29 @@ from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
     check_pre_build,
+    failed_readback,
     not_applied,
     refusal,
+    split_readback,
     strict_violations,
     unreached_applications,
     with_fingerprints,
 )
-from xconf.runtime.protocol import (
-    Engine,
-    FrozenInputs,
-    RuntimeAdapter,
-    RuntimeBinding,
-    SideBinding,
-    SideScore,
-)
+from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding, SideScore
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.runtime.rejudge import rejudge_attempt
 
 XCONF_VERSION = provenance.XCONF_VERSION
-TENSOR_SCHEMA = "xconf.tensors.v1"
-
-
-@dataclass(frozen=True)
-class CaseRecord:
-    """One row of the verdict table."""
-
-    case_id: str
-    label: str
-    kind: str
-    attempt_id: str
-    result: str
-    reused: bool
-    active_tokens: int
-    mismatches: int
-    max_abs_diff: float | None
-    p99_abs_diff: float | None
-    reason: str | None
-    # False when a declared knob was not run as requested (only possible without strict
-    # execution): the verdict stands but says nothing about the knob.
-    intervention_applied: bool = True
-
-
-@dataclass
-class RunSummary:
-    experiment_id: str
-    experiment_dir: str
-    records: list[CaseRecord] = field(default_factory=list)
-    engines_built: int = 0
-    engines_reused: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def all_pass(self) -> bool:
-        return all(r.result == "pass" for r in self.records)
+# Importers of the run's records and of the tensor schema find them here too.
+__all__ = [
+    "TENSOR_SCHEMA",
+    "CaseRecord",
+    "EngineCache",
+    "PairedRunner",
+    "RunSummary",
+    "frozen_inputs",
+    "score_tensors",
+]
 
 
 def frozen_inputs(identity: Identity) -> FrozenInputs:
@@ -106,48 +78,6 @@ def frozen_inputs(identity: Identity) -> FrozenInputs:
         attention_mask=tensor(identity.attention_mask).bool(),
         position_ids=tensor(identity.position_ids),
     )
-
-
-class EngineCache:
-    """Engines keyed by side and every reuse-relevant fingerprint; least recently used evicted.
-
-    ``capacity`` is engines kept per side (an int, or a mapping side -> int). Eviction happens
-    before a new engine is built, so a runtime whose engines cannot coexist (in-process vLLM
-    shares process-wide state) never holds two at once.
-    """
-
-    def __init__(self, adapter: RuntimeAdapter, capacity: int | Mapping[str, int] = 4) -> None:
-        self._adapter = adapter
-        self._capacity = {
-            side: capacity if isinstance(capacity, int) else int(capacity.get(side, 4))
-            for side in SIDES
-        }
-        self._engines: dict[str, OrderedDict[tuple[str, ...], Engine]] = {
-            s: OrderedDict() for s in SIDES
-        }
-        self.built = 0
-        self.reused = 0
-
-    def get(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        key = (*binding.reuse_key(), case.operator(binding.side).descriptor_fingerprint)
-        engines = self._engines[binding.side]
-        if key in engines:
-            engines.move_to_end(key)
-            self.reused += 1
-            return engines[key]
-        while engines and len(engines) >= self._capacity[binding.side]:
-            _, evicted = engines.popitem(last=False)
-            evicted.close()
-        engine = self._adapter.build_engine(binding, case)
-        self.built += 1
-        engines[key] = engine
-        return engine
-
-    def close(self) -> None:
-        for engines in self._engines.values():
-            for engine in engines.values():
-                engine.close()
-            engines.clear()
 
 
 class PairedRunner:
@@ -370,7 +300,10 @@ class PairedRunner:
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
         actual["wall_s"] = time.perf_counter() - case_started
-        return self._documents(case, binding, identity, knobs, actual, scores, outcome)
+        documents, tensors = case_documents(
+            case, binding, identity, knobs, self.changed(case), actual, scores, outcome
+        )
+        return documents, tensors, outcome
 
     def _score_sides(
         self,
@@ -397,74 +330,33 @@ class PairedRunner:
             check_untouched(side, given, inputs)
             check_echo(side, identity, recorded, scores[side])
             # Read back after scoring: request-lifecycle knobs are only observable then.
-            readback = engine.readback()
+            try:
+                readback = engine.readback()
+            except Exception as exc:  # nothing was read: each knob is an error, with the reason
+                readback = failed_readback(side_binding, exc)
             applications = apply_readback(side_binding, readback)
             applications += (backend_application(side, knobs, case.operator(side)),)
             actual["sides"][side] = [a.to_dict() for a in applications]
-            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...).
-            actual.setdefault("readback", {})[side] = json.loads(json.dumps(readback, default=str))
+            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...),
+            # and the values it derived (its vocab layout), recorded apart.
+            derived, reported = split_readback(readback)
+            actual.setdefault("readback", {})[side] = json.loads(json.dumps(reported, default=str))
+            actual.setdefault("derived", {})[side] = derived
             actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
             reasons = strict_violations(applications, strict_fallback=strict)
             if reasons:
                 raise refusal(reasons)
         actual["operator_provenance"] = list(session.provenance())
 
-    def _documents(
-        self,
-        case: ExecutionCase,
-        binding: RuntimeBinding,
-        identity: Identity,
-        knobs: dict[str, Any],
-        actual: dict[str, Any],
-        scores: dict[str, SideScore],
-        outcome: ComparisonOutcome,
-    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
-        documents = {
-            "requested.json": {
-                "case_id": case.case.case_id,
-                "knobs": knobs,
-                "changed": self.changed(case),
-                "operators": {b.side: b.to_dict() for b in case.operators},
-            },
-            "materialized.json": binding.to_dict(),
-            "actual.json": actual,
-            "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
-            "comparison.json": outcome.document,
-        }
-        tensors = {
-            "score_rollout.safetensors": _score_tensors(scores.get("rollout")),
-            "score_training.safetensors": _score_tensors(scores.get("training")),
-            "token_diffs.safetensors": outcome.token_diffs,
-        }
-        return documents, tensors, outcome
-
-
-def _score_tensors(score: SideScore | None) -> dict[str, torch.Tensor]:
-    if score is None:
-        return {}
-    return {
-        "logprobs": score.logprobs.float().contiguous(),
-        "token_ids": score.scored_token_ids.to(torch.int64).contiguous(),
-        "selected_token_ids": score.scored_selected_ids.to(torch.int64).contiguous(),
-        "active_mask": score.scored_active_mask.to(torch.uint8).contiguous(),
-    }
-
 
 def _record(
     case: ExecutionCase, attempt_id: str, doc: Mapping[str, Any], *, reused: bool
 ) -> CaseRecord:
-    diff = doc.get("diff") or {}
-    return CaseRecord(
+    return CaseRecord.from_comparison(
+        doc,
         case_id=case.case.case_id,
         label=case.case.label(),
         kind=case.case.kind,
         attempt_id=attempt_id,
-        result=doc["result"],
         reused=reused,
-        active_tokens=int(doc.get("active_tokens") or 0),
-        mismatches=int(doc.get("mismatches") or 0),
-        max_abs_diff=diff.get("max"),
-        p99_abs_diff=diff.get("p99"),
-        reason=doc.get("reason"),
-        intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
     )

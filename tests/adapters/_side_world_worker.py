@@ -76,7 +76,7 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
         back = dict(engine.readback())
         result: dict[str, Any] = {
             "contexts": contexts,
-            "built_model": getattr(engine, "_engine", engine).engine is not None,
+            "built_model": getattr(engine, "wrapped", engine).engine is not None,
             "readback": {k: back.get(k) for k in ("training.world_size", "training.sharding")},
         }
         if rank == 0:  # the FSDP sub-group's scores equal one unsharded model's, bitwise

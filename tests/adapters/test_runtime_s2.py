@@ -92,6 +92,10 @@ def test_every_knob_is_read_back_from_the_live_engines(s2_run: Any) -> None:
         for knob in actual["sides"][side]:
             assert knob["status"] == "applied", knob
             assert knob["actual"] == knob["materialized"], knob
+        # The vocab layout each engine built is recorded (derived, never set).
+        layout = actual["derived"][side][f"{side}.vocab_layout"]
+        assert layout["real_vocab_size"] == layout["padded_vocab_size"] == 512, layout
+        assert layout["shard_bounds"] == [[0, 512]], layout
     identity = json.loads(
         (
             prepared.store.path / "cases" / base.case_id / base.attempt_id / "identity.json"

@@ -113,5 +113,15 @@ class DivergedDecoding(Liar):
         )
 
 
+class ReadbackRaises(Liar):
+    """Scores honestly, but reading the training engine's live state back raises."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("training.attention_backend", "eager", side="training", **options)
+
+    def bent_readback(self, engine: Any) -> Any:
+        raise RuntimeError("the engine's state went away while reading it back")
+
+
 class SameAsCpuSmoke(CpuSmokeRuntime):
     """Behaves exactly like cpu-smoke under another ``_target_``."""

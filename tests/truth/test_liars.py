@@ -49,6 +49,10 @@ def test_the_plan_passes_on_the_honest_runtime(s0_doc, tmp_path) -> None:
     summary = _run(s0_doc, tmp_path, liars.SameAsCpuSmoke())
     assert _results(summary) == HONEST
     assert all(r.intervention_applied for r in summary.records)
+    derived = attempt_doc(summary, "baseline", "actual.json")["derived"]
+    for side in ("rollout", "training"):  # the synthetic head as built: 97 columns, one shard
+        layout = derived[side][f"{side}.vocab_layout"]
+        assert (layout["padded_vocab_size"], layout["shard_bounds"]) == (97, [[0, 97]]), layout
 
 
 def test_ignored_declared_knob_is_an_error_naming_it_under_strict(s0_doc, tmp_path) -> None:
@@ -135,3 +139,21 @@ def test_identity_violation_raised_by_an_adapter_is_invalid_identity(s0_doc, tmp
     actual = attempt_doc(summary, "rollout.dtype=bfloat16", "actual.json")
     assert actual["sides"]["rollout"] and actual["sides"]["training"]  # never empty
     assert {a["status"] for a in actual["sides"]["rollout"]} == {"error"}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_knob_whose_readback_raises_is_an_error_with_the_reason(s0_doc, tmp_path, strict) -> None:
+    summary = _run(s0_doc, tmp_path, liars.ReadbackRaises(), strict_fallback=strict)
+    label = "training.attention_backend=eager"
+    _only_changed(summary, label, "error")  # with or without strict execution
+    actual = attempt_doc(summary, label, "actual.json")
+    rows = {a["path"]: a for a in actual["sides"]["training"]}
+    assert rows.keys() >= {"batch.size", "training.compute_dtype", "training.attention_backend"}
+    for path, row in rows.items():
+        if path == "logp.backend":  # the operator the session bound, not read from the engine
+            continue
+        assert row["status"] == "error" and row["actual"] is None, row
+        assert "readback failed: RuntimeError: the engine's state went away" in row["evidence"]
+    assert {a["status"] for a in actual["sides"]["rollout"]} == {"applied"}  # read back fine
+    error = attempt_doc(summary, label, "comparison.json")["error"]
+    assert error["path"].startswith("training:") and "readback failed" in error["message"]

@@ -20,11 +20,12 @@ import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
+from xconf.case_documents import TENSOR_SCHEMA, score_tensors
+from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError, sha256_path
-from xconf.runner import TENSOR_SCHEMA, CaseRecord, RunSummary
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
 JUDGE_VERSION = "xconf-judge.v1"
@@ -179,7 +180,7 @@ def judge_cases(
         reusable = store.find_reusable(case.case_id, key) if resume else None
         if reusable is not None:
             doc = read_json(reusable.path / "comparison.json")
-            summary.records.append(_record(index, case, reusable.attempt_id, doc, reused=True))
+            summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
         inputs = _inputs(identity)
         threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
@@ -194,24 +195,16 @@ def judge_cases(
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {
-            "score_rollout.safetensors": _tensors(rollout),
-            "score_training.safetensors": _tensors(training),
+            "score_rollout.safetensors": score_tensors(rollout),
+            "score_training.safetensors": score_tensors(training),
             "token_diffs.safetensors": outcome.token_diffs,
         }
         published = store.publish_attempt(
             case.case_id, key, documents, tensors, outcome.document["result"]
         )
-        summary.records.append(
-            _record(index, case, published.attempt_id, outcome.document, reused=False)
-        )
+        summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
-
-
-def _tensors(score: SideScore) -> dict[str, torch.Tensor]:
-    from xconf.runner import _score_tensors
-
-    return _score_tensors(score)
 
 
 def _documents(
@@ -248,20 +241,12 @@ def _documents(
     }
 
 
-def _record(
-    index: int, case: JudgedCase, attempt_id: str, doc: dict[str, Any], *, reused: bool
-) -> CaseRecord:
-    diff = doc.get("diff") or {}
-    return CaseRecord(
+def _record(case: JudgedCase, attempt_id: str, doc: dict[str, Any], *, reused: bool) -> CaseRecord:
+    return CaseRecord.from_comparison(
+        doc,
         case_id=case.case_id,
         label=f"dump={case.dump.name} ({case.rollout_dtype}/{case.training_dtype})",
         kind="judged",
         attempt_id=attempt_id,
-        result=doc["result"],
         reused=reused,
-        active_tokens=int(doc.get("active_tokens") or 0),
-        mismatches=int(doc.get("mismatches") or 0),
-        max_abs_diff=diff.get("max"),
-        p99_abs_diff=diff.get("p99"),
-        reason=doc.get("reason"),
     )

@@ -8,9 +8,15 @@ from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
-from xconf.knobs import KNOBS, KnobValue
+from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue
 from xconf.operator_catalog import OperatorBinding, Side
-from xconf.runtime.protocol import KnobApplication, RuntimeBinding, SideBinding
+from xconf.runtime.protocol import (
+    KnobApplication,
+    ReadbackFailure,
+    ReadbackValue,
+    RuntimeBinding,
+    SideBinding,
+)
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 
@@ -51,13 +57,19 @@ def with_fingerprints(
 
 
 def apply_readback(
-    side: SideBinding, readback: Mapping[str, KnobValue | None]
+    side: SideBinding, readback: Mapping[str, ReadbackValue]
 ) -> tuple[KnobApplication, ...]:
     """The actual stage: values read from the live engine, never echoed from the request."""
     actual: list[KnobApplication] = []
     for knob in side.knobs:
         if knob.status in REJECTED_STATUSES:
             actual.append(knob)
+            continue
+        failed = readback.get(knob.path)
+        if isinstance(failed, ReadbackFailure):
+            actual.append(
+                replace(knob, actual=None, status="error", evidence=f"{knob.evidence}; {failed}")
+            )
             continue
         if knob.path not in readback or readback[knob.path] is None:
             actual.append(
@@ -70,6 +82,12 @@ def apply_readback(
             )
             continue
         value = readback[knob.path]
+        if not isinstance(value, bool | int | str):  # a derived record is never a knob value
+            raise RuntimeMaterializationError(
+                "runtime.readback_type",
+                f"engine read back a {type(value).__name__} for a knob",
+                f"{side.side}:{knob.path}",
+            )
         if value == knob.materialized:
             actual.append(replace(knob, actual=value))
         elif value == knob.requested:
@@ -193,3 +211,30 @@ def unreached_applications(side: SideBinding, exc: BaseException) -> tuple[KnobA
         )
         for knob in side.knobs
     )
+
+
+def failed_readback(side: SideBinding, exc: BaseException) -> dict[str, ReadbackValue]:
+    """Readback raised: every knob of the side was not read, each one an error with the reason."""
+    failure = ReadbackFailure(f"{type(exc).__name__}: {exc}")
+    return {knob.path: failure for knob in side.knobs}
+
+
+def split_readback(readback: Mapping[str, ReadbackValue]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(derived values, what the engine reported) for actual.json, as plain JSON values.
+
+    Derived values (the vocab layout the engine built, the side's world) are recorded, never
+    set; a layout is written as its sharding record (real and padded vocab size, shard bounds
+    per TP rank) and kept out of the reported values; a failed read is written as its reason.
+    """
+    derived: dict[str, Any] = {}
+    reported: dict[str, Any] = {}
+    for key, value in readback.items():
+        to_dict = getattr(value, "to_dict", None)
+        if callable(to_dict):
+            derived[key] = to_dict(include_ranks=False)
+            continue
+        plain = str(value) if isinstance(value, ReadbackFailure) else value
+        if key in DERIVED_KNOBS:
+            derived[key] = plain
+        reported[key] = plain
+    return derived, reported

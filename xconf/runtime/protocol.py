@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue, Lifecycle
@@ -20,10 +20,27 @@ if TYPE_CHECKING:
     import torch
 
     from xconf.execution_plan import ExecutionCase
+    from xconf.ops.logprob.contract import ShardingSpec
 
 KnobStatus = Literal["applied", "fallback", "unsupported", "unobservable", "error"]
 # selected_logprob implementation: (logits [N, V], targets [N], active [N]) -> fp32 [N]
 SelectedLogprobOp = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class ReadbackFailure:
+    """A value the live engine could not be read for: reading it raised. A knob read back as
+    this is status ``error`` (with the reason), never applied, fallback or unobservable."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return f"readback failed: {self.reason}"
+
+
+# A readback value: a knob's live value, a derived vocab layout (``*.vocab_layout``, recorded
+# in actual.json's ``derived``), a failed read, or None (the engine does not expose it).
+ReadbackValue: TypeAlias = "KnobValue | ShardingSpec | ReadbackFailure | None"
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,11 @@ def planned_application(
     return KnobApplication(
         path, side, KNOBS[path].lifecycle, requested, materialized, None, status, evidence
     )
+
+
+def applied_application(path: str, side: Side, value: KnobValue, evidence: str) -> KnobApplication:
+    """A knob materialized exactly as requested (the engine's readback then confirms it)."""
+    return planned_application(path, side, value, value, "applied", evidence)
 
 
 def unsupported_application(
@@ -164,7 +186,7 @@ class SideScore:
 class Engine(Protocol):
     """A constructed scorer for one side; may be reused across cases with equal fingerprints."""
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         """Actual values of the knobs this engine owns, read from its live state."""
         ...
 

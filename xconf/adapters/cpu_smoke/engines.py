@@ -15,8 +15,14 @@ from xconf.adapters.cpu_smoke.model import (
 from xconf.errors import IdentityViolation, XconfError
 from xconf.experiment import Identity
 from xconf.knobs import DTYPES as KNOB_DTYPES
-from xconf.knobs import KnobValue
-from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
+from xconf.ops.logprob.contract import ShardingSpec
+from xconf.runtime.protocol import (
+    FrozenInputs,
+    ReadbackValue,
+    ReadOnlyEvidence,
+    SelectedLogprobOp,
+    SideScore,
+)
 from xconf.runtime.requests import batch_size_from_requests
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
@@ -42,6 +48,11 @@ class _SyntheticEngine:
         self.model: SyntheticCausalLM = build_model(config, DTYPES[dtype])
         self.request_size: int | None = None  # batch size of the last scoring call
         self.request_sizes: list[int] = []  # rows of every request the last call ran
+
+    def vocab_layout(self) -> ShardingSpec:
+        """The output head as built (its embedding rows): one shard, nothing padded."""
+        rows = int(self.model.embed.shape[0])
+        return ShardingSpec(self.config.vocab_size, rows, ((0, rows),))
 
     def _check_identity(self, inputs: FrozenInputs, identity: Identity) -> None:
         if identity.checkpoint_id != self.config.checkpoint_id:
@@ -126,8 +137,9 @@ class TrainingEngine(_SyntheticEngine):
         super().__init__(config, dtype)
         self.attention: AttentionKind = attention
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         return {
+            "training.vocab_layout": self.vocab_layout(),
             "training.compute_dtype": DTYPE_NAMES[self.model.embed.dtype],
             "training.attention_backend": self.attention,
             "training.sharding": "unsharded",
@@ -171,8 +183,9 @@ class RolloutEngine(_SyntheticEngine):
         self._prefix_cache: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.prefix_hits = 0
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         return {
+            "rollout.vocab_layout": self.vocab_layout(),
             "rollout.dtype": DTYPE_NAMES[self.model.embed.dtype],
             "rollout.enable_prefix_caching": self.prefix_caching,
             "rollout.enforce_eager": self.eager,

@@ -192,7 +192,23 @@ def readback(model: Any) -> dict[str, Any]:
         "training.launcher_world_size": dist.get_world_size() if dist.is_initialized() else 1,
         "training.device": str(params[0].device) if params else "none",
         "training.model_class": type(model).__name__,
+        "training.vocab_layout": _vocab_layout(model),
     }
+
+
+def _vocab_layout(model: Any) -> Any:
+    """The output vocabulary as the lm_head is built: real size from the config, padded size
+    from the head's rows. Not vocab-parallel: FSDP gathers the head's weight before each
+    forward, so every rank's logits span the whole padded vocabulary (one shard)."""
+    from xconf.ops.logprob.contract import ShardingSpec
+    from xconf.ops.logprob.errors import LogprobContractError
+    from xconf.runtime.protocol import ReadbackFailure
+
+    try:
+        padded = int(model.get_output_embeddings().weight.shape[0])
+        return ShardingSpec(int(model.config.vocab_size), padded, ((0, padded),))
+    except (AttributeError, LogprobContractError) as exc:
+        return ReadbackFailure(f"lm_head vocab layout: {type(exc).__name__}: {exc}")
 
 
 def _mesh_size(params: list[Any]) -> int | None:

@@ -111,6 +111,7 @@ def _worker_state(worker: Any) -> dict[str, Any]:
     from vllm.model_executor.determinism import batch_invariant
 
     return {
+        "vocab": _vocab_shard(model, parallel_state.get_tensor_model_parallel_rank()),
         # What this worker's attention layers were built with, and whether the batch-invariant
         # aten overrides are installed in this process.
         "kv_cache_dtypes": kv_dtypes,
@@ -125,6 +126,26 @@ def _worker_state(worker: Any) -> dict[str, Any]:
         "param_dtypes": dtypes,
         "device": str(next(model.parameters()).device),
         "model_class": type(model).__name__,
+    }
+
+
+def _vocab_shard(model: Any, tp_rank: int) -> dict[str, int] | None:
+    """This worker's slice of the output vocabulary, as vLLM's lm_head laid it out.
+
+    ``VocabParallelEmbedding`` pads the vocabulary (to a multiple of 64) and gives each TP
+    rank one contiguous shard of the padded columns: recorded as built, never recomputed.
+    """
+    head: Any = getattr(model, "lm_head", None)
+    indices = getattr(head, "shard_indices", None)
+    if indices is None:
+        return None
+    return {
+        "tp_rank": int(tp_rank),
+        "real_vocab_size": int(head.org_vocab_size),
+        "padded_vocab_size": int(head.num_embeddings_padded),
+        "added_vocab_size": int(head.num_added_embeddings),
+        "start": int(indices.padded_org_vocab_start_index),
+        "end": int(indices.padded_org_vocab_end_index),
     }
 
 
@@ -159,6 +180,9 @@ def _configure_env(cfg: RolloutEngineConfig) -> None:
 
 class VllmRolloutEngine:
     """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
+
+    # Runs inside every worker on readback (collective_rpc).
+    worker_state = staticmethod(_worker_state)
 
     def __init__(self, cfg: RolloutEngineConfig) -> None:
         cfg.validate()
@@ -281,7 +305,7 @@ class VllmRolloutEngine:
             "rollout.request_sizes": list(self.request_sizes),
         }
         try:
-            workers = self.llm.collective_rpc(_worker_state)
+            workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
             out["rollout.workers"] = None
             out["rollout.workers_error"] = f"{type(exc).__name__}: {exc}"

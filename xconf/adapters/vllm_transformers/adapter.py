@@ -9,13 +9,15 @@ operator gets the engine's full raw-logits rows instead (another engine construc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
+from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.extended import EXTENDED as _EXTENDED
 from xconf.adapters.vllm_transformers.extended import rollout_extended, training_extended
 from xconf.adapters.vllm_transformers.placement import (
@@ -28,12 +30,10 @@ from xconf.knobs import KNOBS, KnobValue, side_worlds
 from xconf.operator_catalog import Side
 from xconf.runtime.protocol import (
     Engine,
-    FrozenInputs,
     KnobApplication,
     RuntimeBinding,
-    SelectedLogprobOp,
     SideBinding,
-    SideScore,
+    applied_application,
     planned_application,
     unsupported_application,
 )
@@ -139,13 +139,8 @@ class VllmHfRuntime:
         if path in _EXTENDED:
             return _EXTENDED[path](self.device, path, side, value, knobs or {})
         if path == "batch.size":
-            return planned_application(
-                path,
-                side,
-                value,
-                value,
-                "applied",
-                "frozen samples chunked into requests of this size",
+            return applied_application(
+                path, side, value, "frozen samples chunked into requests of this size"
             )
         if path == "rollout.tensor_parallel_size":
             heads = _heads(spec)
@@ -166,9 +161,7 @@ class VllmHfRuntime:
                     value,
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
-            return planned_application(
-                path, side, value, value, "applied", rollout_executor(int(value), world)[2]
-            )
+            return applied_application(path, side, value, rollout_executor(int(value), world)[2])
         if path == "rollout.context_parallel_size":
             if value == 1:
                 return planned_application(
@@ -186,9 +179,7 @@ class VllmHfRuntime:
             )
         if path == "training.sharding":
             if value == "unsharded":
-                return planned_application(
-                    path, side, value, value, "applied", "one unsharded module"
-                )
+                return applied_application(path, side, value, "one unsharded module")
             world = launched_world_size()
             degree = side_worlds({path: value}).training
             if world < degree:
@@ -199,19 +190,15 @@ class VllmHfRuntime:
                     f"FSDP needs a process group of {degree} ranks, the launched world has "
                     f"{world} (run under the torchrun launcher)",
                 )
-            return planned_application(
+            return applied_application(
                 path,
                 side,
                 value,
-                value,
-                "applied",
                 f"FSDP2 fully_shard per decoder layer over ranks 0..{degree - 1} "
                 f"of the {world}-rank launched world",
             )
         if path in _CONSTRUCTION_KNOBS:
-            return planned_application(
-                path, side, value, value, "applied", "set at engine construction"
-            )
+            return applied_application(path, side, value, "set at engine construction")
         # A knob this runtime has no code for is never reported as applied.
         return unsupported_application(
             path, side, value, f"the {self.runtime_kind} runtime has no {path}"
@@ -268,8 +255,12 @@ class VllmHfRuntime:
 
     # -- engines ----------------------------------------------------------------------------
     def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
+        from xconf.adapters.models import verify_unchanged
+
         started = time.perf_counter()
         try:
+            # Engines load weights now: a checkpoint replaced since the freeze is another model.
+            verify_unchanged(self.record, self.model_cache)
             return _Timed(self._build_engine(binding, case), self.timings)
         finally:
             self.timings["construction_s"] += time.perf_counter() - started
@@ -287,62 +278,60 @@ class VllmHfRuntime:
         )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        from xconf.adapters.models import verify_unchanged
-
-        # Engines load weights now: a checkpoint replaced since the freeze is another model.
-        verify_unchanged(self.record, self.model_cache)
         values = {k.path: k.materialized for k in binding.knobs}
-        path = self.record.path
-        trust = self.model_options.trust_remote_code
-        if binding.side == "rollout":
-            from xconf.adapters.vllm.engine import RolloutEngineConfig
-            from xconf.adapters.vllm_transformers.engines import VllmRolloutSide
-
-            native = case.operator("rollout").runtime_native
-            tp = int(values["rollout.tensor_parallel_size"] or 1)
-            executor, in_process, _ = rollout_executor(tp, launched_world_size())
-            options = {
-                **self.engine_options,
-                "in_process": in_process and self.engine_options["in_process"],
-            }
-            if executor == "external_launcher":
-                options["in_process"] = True
-            rollout_cfg = RolloutEngineConfig(
-                model_path=path,
-                dtype=binding.dtype,
-                enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
-                enforce_eager=bool(values["rollout.enforce_eager"]),
-                tensor_parallel_size=tp,
-                logprobs_mode="raw_logprobs" if native else "raw_logits",
-                executor=executor,
-                **rollout_extended(values),
-                tokenizer_path=self.record.tokenizer_path,
-                trust_remote_code=trust,
-                **options,
+        if binding.side == "training":
+            return self._transformers_scorer(
+                binding.dtype,
+                int(dict(binding.distributed_context)["world_size"]),
+                attention_backend=str(values["training.attention_backend"]),
+                sharding=str(values["training.sharding"]),
+                **training_extended(values),
             )
-            if executor == "external_launcher":  # one TP rank on every launched rank
-                return VllmRolloutSide(rollout_cfg)
-            from xconf.adapters.vllm_transformers.engines import OnSideRanks
-            from xconf.runtime.ranks import side_group
+        from xconf.adapters.vllm.engine import RolloutEngineConfig
+        from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
 
-            # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
-            # world is the training side's, and its other ranks receive rank 0's score.
-            return OnSideRanks(lambda _group: VllmRolloutSide(rollout_cfg), side_group(1))
+        native = case.operator("rollout").runtime_native
+        tp = int(values["rollout.tensor_parallel_size"] or 1)
+        executor, in_process, _ = rollout_executor(tp, launched_world_size())
+        options = {
+            **self.engine_options,
+            "in_process": in_process and self.engine_options["in_process"],
+        }
+        if executor == "external_launcher":
+            options["in_process"] = True
+        rollout_cfg = RolloutEngineConfig(
+            model_path=self.record.path,
+            dtype=binding.dtype,
+            enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
+            enforce_eager=bool(values["rollout.enforce_eager"]),
+            tensor_parallel_size=tp,
+            logprobs_mode="raw_logprobs" if native else "raw_logits",
+            executor=executor,
+            **rollout_extended(values),
+            tokenizer_path=self.record.tokenizer_path,
+            trust_remote_code=self.model_options.trust_remote_code,
+            **options,
+        )
+        if executor == "external_launcher":  # one TP rank on every launched rank
+            return VllmRolloutSide(rollout_cfg)
+        # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
+        # world is the training side's, and its other ranks receive rank 0's score.
+        return OnSideRanks.on(1, lambda _group: VllmRolloutSide(rollout_cfg))
+
+    def _transformers_scorer(self, dtype: str, ranks: int, **fields: Any) -> Engine:
+        """A transformers scorer of this runtime's checkpoint on ranks ``0 .. ranks - 1``
+        (the other launched ranks receive rank 0's score); ``fields``: its other settings."""
         from xconf.adapters.hf.model import TrainingScorerConfig
         from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
-        from xconf.runtime.ranks import side_group
 
         cfg = TrainingScorerConfig(
-            model_path=path,
-            attention_backend=str(values["training.attention_backend"]),
-            compute_dtype=binding.dtype,
-            sharding=str(values["training.sharding"]),
+            model_path=self.record.path,
+            compute_dtype=dtype,
             device=self.device,
-            trust_remote_code=trust,
-            **training_extended(values),
+            trust_remote_code=self.model_options.trust_remote_code,
+            **fields,
         )
-        world = int(dict(binding.distributed_context)["world_size"])
-        return OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(world))
+        return OnSideRanks.on(ranks, lambda group: HfTrainingSide(cfg, group))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -361,36 +350,20 @@ class VllmHfRuntime:
         return None
 
 
-class _Timed:
+class _Timed(Delegating):
     """Engine wrapper that adds its scoring time to the runtime's timings."""
 
     def __init__(self, engine: Engine, timings: dict[str, float]) -> None:
-        self._engine = engine
+        super().__init__(engine)
         self._timings = timings
 
-    @property
-    def wrapped(self) -> Engine:
-        """The engine itself (``xconf localize`` hooks the module inside it)."""
-        return self._engine
-
-    def readback(self) -> Mapping[str, KnobValue | None]:
-        return self._engine.readback()
-
-    def score(
-        self,
-        inputs: FrozenInputs,
-        identity: Identity,
-        batch_size: int,
-        operator: SelectedLogprobOp | None,
-    ) -> SideScore:
+    @contextlib.contextmanager
+    def _scoring(self) -> Iterator[None]:
         started = time.perf_counter()
         try:
-            return self._engine.score(inputs, identity, batch_size, operator)
+            yield
         finally:
             self._timings["scoring_s"] += time.perf_counter() - started
-
-    def close(self) -> None:
-        self._engine.close()
 
 
 def _heads(record: ModelRecord) -> tuple[int, int]:

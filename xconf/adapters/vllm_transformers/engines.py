@@ -9,9 +9,51 @@ from typing import Any
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch
 from xconf.experiment import Identity
-from xconf.knobs import KnobValue
-from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
+from xconf.runtime.protocol import (
+    FrozenInputs,
+    ReadbackFailure,
+    ReadbackValue,
+    ReadOnlyEvidence,
+    SelectedLogprobOp,
+    SideScore,
+)
 from xconf.runtime.ranks import SideGroup, from_rank0
+
+# What only vLLM's workers can tell (through collective_rpc), by readback key.
+_WORKER_KEYS = (
+    "rollout.tensor_parallel_size",
+    "rollout.dtype",
+    "rollout.kv_cache_dtype",
+    "rollout.batch_invariant",
+    "rollout.vocab_layout",
+)
+
+
+def _readback_values(live: Mapping[str, Any]) -> dict[str, ReadbackValue]:
+    """The readback values an engine reports: scalars, None, layouts and failed reads."""
+    from xconf.ops.logprob.contract import ShardingSpec
+
+    kept = (bool, int, str, ShardingSpec, ReadbackFailure)
+    return {k: v for k, v in live.items() if v is None or isinstance(v, kept)}
+
+
+def _vocab_layout(workers: list[dict[str, Any]]) -> ReadbackValue:
+    """One layout from the TP workers' vocab shards (None: the model exposes no lm_head)."""
+    from xconf.ops.logprob.contract import ShardingSpec
+    from xconf.ops.logprob.errors import LogprobContractError
+
+    shards = [w.get("vocab") for w in workers]
+    if not shards or any(s is None for s in shards):
+        return None
+    ordered = sorted((s for s in shards if s is not None), key=lambda s: s["tp_rank"])
+    sizes = {(s["real_vocab_size"], s["padded_vocab_size"]) for s in ordered}
+    if len(sizes) != 1:
+        return ReadbackFailure(f"the TP workers report different vocab sizes {sorted(sizes)}")
+    real, padded = sizes.pop()
+    try:
+        return ShardingSpec(real, padded, tuple((s["start"], s["end"]) for s in ordered))
+    except LogprobContractError as exc:
+        return ReadbackFailure(f"the workers' vocab shards are not one layout: {exc.message}")
 
 
 def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
@@ -36,19 +78,6 @@ def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
             )
 
 
-def _side_score(
-    inputs: FrozenInputs, identity: Identity, logprobs: Any, evidence: ReadOnlyEvidence
-) -> SideScore:
-    return SideScore(
-        logprobs=logprobs,
-        scored_token_ids=inputs.token_ids.clone(),
-        scored_selected_ids=inputs.selected_token_ids.clone(),
-        scored_active_mask=inputs.active_mask.clone(),
-        evidence=evidence,
-        identity_digest=identity.digest(),
-    )
-
-
 def _worker_weight_digest(worker: Any) -> str:
     """Runs in each vLLM worker: digest of the loaded (rank-local) weights."""
     import torch
@@ -60,17 +89,9 @@ def _worker_weight_digest(worker: Any) -> str:
     return h.hexdigest()
 
 
-class VllmRolloutSide:
-    """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`."""
-
-    def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.vllm.engine import VllmRolloutEngine
-
-        self.engine = VllmRolloutEngine(cfg)
-
-    def _weights(self) -> str:
-        digests = self.engine.llm.collective_rpc(_worker_weight_digest)
-        return hashlib.sha256("|".join(digests).encode()).hexdigest()
+class _FrozenSide:
+    """Scores the identity's own frozen layout (the runner's tensors are checked against it
+    first) and echoes back what it scored; a side supplies ``_score`` and its evidence."""
 
     def score(
         self,
@@ -79,10 +100,49 @@ class VllmRolloutSide:
         batch_size: int,
         operator: SelectedLogprobOp | None,
     ) -> SideScore:
-        from xconf.adapters.vllm.scorer import score_frozen
-
         batch = FrozenBatch.from_identity(identity)
         _check_inputs(inputs, batch)
+        logprobs, evidence = self._score(batch, identity, batch_size, operator)
+        return SideScore(
+            logprobs=logprobs,
+            scored_token_ids=inputs.token_ids.clone(),
+            scored_selected_ids=inputs.selected_token_ids.clone(),
+            scored_active_mask=inputs.active_mask.clone(),
+            evidence=evidence,
+            identity_digest=identity.digest(),
+        )
+
+    def _score(
+        self,
+        batch: FrozenBatch,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> tuple[Any, ReadOnlyEvidence]:
+        raise NotImplementedError
+
+
+class VllmRolloutSide(_FrozenSide):
+    """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`."""
+
+    def __init__(self, cfg: Any, engine_class: type[Any] | None = None) -> None:
+        from xconf.adapters.vllm.engine import VllmRolloutEngine
+
+        self.engine = (engine_class or VllmRolloutEngine)(cfg)
+
+    def _weights(self) -> str:
+        digests = self.engine.llm.collective_rpc(_worker_weight_digest)
+        return hashlib.sha256("|".join(digests).encode()).hexdigest()
+
+    def _score(
+        self,
+        batch: FrozenBatch,
+        identity: Identity,
+        batch_size: int,
+        operator: SelectedLogprobOp | None,
+    ) -> tuple[Any, ReadOnlyEvidence]:
+        from xconf.adapters.vllm.scorer import score_frozen
+
         before = self._weights()
         logprobs = score_frozen(self.engine, batch, identity.scoring_mode, batch_size, operator)
         evidence = ReadOnlyEvidence(
@@ -92,26 +152,35 @@ class VllmRolloutSide:
             used_kv_cache=True,  # the rollout side decodes with its paged KV cache
             generated_tokens=False,  # forced decoding emitted exactly the frozen tokens (checked)
         )
-        return _side_score(inputs, identity, logprobs, evidence)
+        return logprobs, evidence
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         live = self.engine.readback()
-        workers = live.get("rollout.workers") or []
-        tp = {w["tp_world_size"] for w in workers}
-        dtypes = {d for w in workers for d in w["param_dtypes"]}
-        kv = {d for w in workers for d in w["kv_cache_dtypes"]}
-        invariant = {w["batch_invariant"] for w in workers}
+        workers = live.get("rollout.workers")
+        observed: dict[str, ReadbackValue]
+        if workers is None:  # the workers could not be read: what only they know is an error
+            failure = ReadbackFailure(str(live.get("rollout.workers_error") or "no worker state"))
+            observed = dict.fromkeys(_WORKER_KEYS, failure)
+        else:
+            tp = {w["tp_world_size"] for w in workers}
+            dtypes = {d for w in workers for d in w["param_dtypes"]}
+            kv = {d for w in workers for d in w["kv_cache_dtypes"]}
+            invariant = {w["batch_invariant"] for w in workers}
+            observed = {
+                "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
+                "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
+                "rollout.kv_cache_dtype": kv.pop() if len(kv) == 1 else None,
+                "rollout.batch_invariant": invariant.pop() if len(invariant) == 1 else None,
+                "rollout.vocab_layout": _vocab_layout(workers),
+            }
         out = {
             **live,
             # Worker-observed values take precedence over the resolved config.
-            "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
-            "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
-            "rollout.kv_cache_dtype": kv.pop() if len(kv) == 1 else None,
-            "rollout.batch_invariant": invariant.pop() if len(invariant) == 1 else None,
+            **observed,
             "rollout.worker_state": repr(workers),
             "rollout.request_sizes": repr(live.get("rollout.request_sizes")),
         }
-        return {k: v for k, v in out.items() if isinstance(v, bool | int | str) or v is None}
+        return _readback_values(out)
 
     def close(self) -> None:
         self.engine.close()
@@ -130,6 +199,13 @@ class OnSideRanks:
         self.side = side
         self.engine: Any = build(side.group) if side.member else None
 
+    @classmethod
+    def on(cls, ranks: int, build: Callable[[Any], Any]) -> OnSideRanks:
+        """The engine ``build(group)`` makes, on launched ranks ``0 .. ranks - 1``."""
+        from xconf.runtime.ranks import side_group
+
+        return cls(build, side_group(ranks))
+
     def score(
         self,
         inputs: FrozenInputs,
@@ -144,7 +220,7 @@ class OnSideRanks:
             raise ScoringError("runtime.no_score", "no member rank scored", "launcher")
         return score  # type: ignore[no-any-return]
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         live = self.engine.readback() if self.engine else None
         if self.side.is_sub_group:
             live = from_rank0(live)
@@ -155,7 +231,7 @@ class OnSideRanks:
             self.engine.close()
 
 
-class HfTrainingSide:
+class HfTrainingSide(_FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`."""
 
     def __init__(self, cfg: Any, group: Any = None) -> None:
@@ -163,15 +239,13 @@ class HfTrainingSide:
 
         self.scorer = HFTrainingScorer(cfg, group)
 
-    def score(
+    def _score(
         self,
-        inputs: FrozenInputs,
+        batch: FrozenBatch,
         identity: Identity,
         batch_size: int,
         operator: SelectedLogprobOp | None,
-    ) -> SideScore:
-        batch = FrozenBatch.from_identity(identity)
-        _check_inputs(inputs, batch)
+    ) -> tuple[Any, ReadOnlyEvidence]:
         result = self.scorer.score(batch, batch_size, operator)
         evidence = ReadOnlyEvidence(
             state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
@@ -180,14 +254,14 @@ class HfTrainingSide:
             used_kv_cache=False,  # use_cache=False, full teacher-forced pass
             generated_tokens=False,
         )
-        return _side_score(inputs, identity, result.logprobs, evidence)
+        return result.logprobs, evidence
 
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         live = dict(self.scorer.readback())
         dtype = live.get("training.compute_dtype")
         if not isinstance(dtype, str):
             live["training.compute_dtype"] = None  # mixed dtypes: not one observable value
-        return {k: v for k, v in live.items() if isinstance(v, bool | int | str) or v is None}
+        return _readback_values(live)
 
     def close(self) -> None:
         self.scorer.model = None

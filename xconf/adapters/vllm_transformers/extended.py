@@ -12,7 +12,7 @@ from typing import Any
 
 from xconf.knobs import KnobValue
 from xconf.operator_catalog import Side
-from xconf.runtime.protocol import KnobApplication, planned_application, unsupported_application
+from xconf.runtime.protocol import KnobApplication, applied_application, unsupported_application
 
 Materializer = Callable[[str, str, Side, KnobValue, Mapping[str, KnobValue]], KnobApplication]
 # vLLM 0.32's CPU attention backend (CPUAttentionBackend.supported_kv_cache_dtypes).
@@ -29,18 +29,14 @@ def _kv_cache_dtype(
             value,
             f"vLLM's CPU attention backend stores the KV cache only as {CPU_KV_CACHE_DTYPES}",
         )
-    return planned_application(
-        path, side, value, value, "applied", f"vLLM engine built with kv_cache_dtype={value}"
-    )
+    return applied_application(path, side, value, f"vLLM engine built with kv_cache_dtype={value}")
 
 
 def _scheduler(
     device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
 ) -> KnobApplication:
     name = path.split(".", 1)[1]
-    return planned_application(
-        path, side, value, value, "applied", f"vLLM scheduler built with {name}={value}"
-    )
+    return applied_application(path, side, value, f"vLLM scheduler built with {name}={value}")
 
 
 def batch_invariant_support(device: str) -> str | None:
@@ -65,13 +61,8 @@ def _batch_invariant(
     why = batch_invariant_support(device) if value else None
     if why is not None:
         return unsupported_application(path, side, value, why)
-    return planned_application(
-        path,
-        side,
-        value,
-        value,
-        "applied",
-        f"VLLM_BATCH_INVARIANT={int(bool(value))} for the engine",
+    return applied_application(
+        path, side, value, f"VLLM_BATCH_INVARIANT={int(bool(value))} for the engine"
     )
 
 
@@ -79,9 +70,7 @@ def _mixed_precision(
     device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
 ) -> KnobApplication:
     if value == "none":
-        return planned_application(
-            path, side, value, value, "applied", "no FSDP2 mixed-precision policy field"
-        )
+        return applied_application(path, side, value, "no FSDP2 mixed-precision policy field")
     if knobs.get("training.sharding") != "fsdp":
         return unsupported_application(
             path,
@@ -91,13 +80,8 @@ def _mixed_precision(
             "side is unsharded (set training.sharding=fsdp)",
         )
     field = path.split(".", 1)[1]
-    return planned_application(
-        path,
-        side,
-        value,
-        value,
-        "applied",
-        f"fully_shard(mp_policy=MixedPrecisionPolicy({field}={value}))",
+    return applied_application(
+        path, side, value, f"fully_shard(mp_policy=MixedPrecisionPolicy({field}={value}))"
     )
 
 
@@ -109,7 +93,7 @@ def _remove_padding(
         if value
         else "each request scored as a right-padded batch with an attention mask"
     )
-    return planned_application(path, side, value, value, "applied", evidence)
+    return applied_application(path, side, value, evidence)
 
 
 EXTENDED: Mapping[str, Materializer] = {

@@ -9,22 +9,21 @@ teacher-forced reference pass and are reported ``unsupported`` when requested.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from xconf.adapters.vllm_transformers.adapter import ADAPTER_VERSION, VllmHfRuntime
+from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.placement import process_group_context
 from xconf.experiment import Identity
 from xconf.knobs import KnobValue
 from xconf.operator_catalog import Side
 from xconf.runtime.protocol import (
     Engine,
-    FrozenInputs,
     KnobApplication,
+    ReadbackValue,
     RuntimeBinding,
-    SelectedLogprobOp,
     SideBinding,
-    SideScore,
-    planned_application,
+    applied_application,
     unsupported_application,
 )
 
@@ -43,31 +42,10 @@ _ONLY = {
 }
 
 
-class HfReferenceSide:
+class HfReferenceSide(Delegating):
     """Engine protocol: the unsharded reference scorer, read back under rollout knob names."""
 
-    def __init__(self, cfg: Any) -> None:
-        from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
-        from xconf.runtime.ranks import side_group
-
-        # One unsharded reference on rank 0; the other launched ranks receive its score.
-        self._inner = OnSideRanks(lambda group: HfTrainingSide(cfg, group), side_group(1))
-
-    @property
-    def wrapped(self) -> Any:
-        """The transformers scorer underneath (``xconf localize`` hooks its module)."""
-        return self._inner
-
-    def score(
-        self,
-        inputs: FrozenInputs,
-        identity: Identity,
-        batch_size: int,
-        operator: SelectedLogprobOp | None,
-    ) -> SideScore:
-        return self._inner.score(inputs, identity, batch_size, operator)
-
-    def readback(self) -> Mapping[str, KnobValue | None]:
+    def readback(self) -> Mapping[str, ReadbackValue]:
         live = self._inner.readback()
         wrapped = live.get("training.sharding")
         return {
@@ -82,10 +60,8 @@ class HfReferenceSide:
             "rollout.batch_invariant": False,
             "batch.size": live.get("batch.size"),
             "rollout.attention_backend": live.get("training.attention_backend"),
+            "rollout.vocab_layout": live.get("training.vocab_layout"),
         }
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 class HfPairRuntime(VllmHfRuntime):
@@ -104,14 +80,12 @@ class HfPairRuntime(VllmHfRuntime):
         if path in _ONLY:
             allowed, why = _ONLY[path]
             if value == allowed:
-                return planned_application(
-                    path, side, value, value, "applied", f"fixed by the reference scorer: {why}"
+                return applied_application(
+                    path, side, value, f"fixed by the reference scorer: {why}"
                 )
             return unsupported_application(path, side, value, why)
         if path == "rollout.dtype":
-            return planned_application(
-                path, side, value, value, "applied", "reference scorer compute dtype"
-            )
+            return applied_application(path, side, value, "reference scorer compute dtype")
         if side == "rollout" and path.startswith("rollout."):
             # The rollout side is the reference scorer, never vLLM: no other rollout knob.
             return unsupported_application(path, side, value, "not a reference-scorer setting")
@@ -143,17 +117,8 @@ class HfPairRuntime(VllmHfRuntime):
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
         if binding.side == "training":
             return super()._build_engine(binding, case)
-        from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.models import verify_unchanged
-
-        verify_unchanged(self.record, self.model_cache)
-        return HfReferenceSide(
-            TrainingScorerConfig(
-                model_path=self.record.path,
-                attention_backend="sdpa",
-                compute_dtype=binding.dtype,
-                sharding="unsharded",
-                device=self.device,
-                trust_remote_code=self.model_options.trust_remote_code,
-            )
+        # One unsharded reference on rank 0; the other launched ranks receive its score.
+        reference = self._transformers_scorer(
+            binding.dtype, 1, attention_backend="sdpa", sharding="unsharded"
         )
+        return HfReferenceSide(reference)

@@ -39,7 +39,17 @@ if TYPE_CHECKING:
 
 RECIPE_KIND = "vllm_baseline_rollout"
 _RECIPE_KEYS = frozenset(
-    {"kind", "model", "prompts", "response_len", "seed", "temperature", "dtype", "dataset"}
+    {
+        "kind",
+        "model",
+        "prompts",
+        "system_prompt",
+        "response_len",
+        "seed",
+        "temperature",
+        "dtype",
+        "dataset",
+    }
 )
 
 
@@ -78,12 +88,27 @@ def parse_recipe(identity: Identity) -> dict[str, Any]:
         "temperature": float(recipe.get("temperature", 1.0)),
         "dtype": str(recipe.get("dtype", "float32")),
     }
+    system = recipe.get("system_prompt")
+    if system is not None and not isinstance(system, str):
+        raise IdentityViolationError(
+            "config.wrong_type", "expected a string", "identity.recipe.system_prompt"
+        )
+    if system:  # absent when empty: recipes without one keep their frozen-token cache key
+        parsed["system_prompt"] = system
     dataset = parse_dataset(recipe.get("dataset"), parsed)
     if dataset is not None:
-        # The dataset replaces the inline prompts; its digest keys the frozen tokens.
+        # The dataset replaces the inline prompts (and their shared system prompt); its
+        # digest keys the frozen tokens.
         parsed["prompts"] = []
+        parsed.pop("system_prompt", None)
         parsed["dataset"] = dataset.to_dict()
     return parsed
+
+
+def inline_prompts(recipe: Mapping[str, Any]) -> list[str]:
+    """The prompts the baseline rollout samples from: each behind the shared system prompt."""
+    system = str(recipe.get("system_prompt") or "")
+    return [system + prompt for prompt in recipe["prompts"]]
 
 
 def _dataset(recipe: Mapping[str, Any]) -> DatasetOptions | None:
@@ -211,7 +236,7 @@ def freeze(
             else:
                 batch = generate_responses(
                     engine,
-                    recipe["prompts"],
+                    inline_prompts(recipe),
                     response_len=recipe["response_len"],
                     seed=recipe["seed"],
                     temperature=recipe["temperature"],

@@ -1,0 +1,56 @@
+"""What one scored attempt publishes: its five documents and three tensor files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from xconf.comparison import ComparisonOutcome
+from xconf.execution_plan import ExecutionCase
+from xconf.experiment import Identity
+from xconf.runtime.protocol import RuntimeBinding, SideScore
+
+TENSOR_SCHEMA = "xconf.tensors.v1"
+
+
+def case_documents(
+    case: ExecutionCase,
+    binding: RuntimeBinding,
+    identity: Identity,
+    knobs: dict[str, Any],
+    changed: dict[str, Any],
+    actual: dict[str, Any],
+    scores: dict[str, SideScore],
+    outcome: ComparisonOutcome,
+) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
+    """requested/materialized/actual/identity/comparison documents and the score tensors."""
+    documents = {
+        "requested.json": {
+            "case_id": case.case.case_id,
+            "knobs": knobs,
+            "changed": changed,
+            "operators": {b.side: b.to_dict() for b in case.operators},
+        },
+        "materialized.json": binding.to_dict(),
+        "actual.json": actual,
+        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
+        "comparison.json": outcome.document,
+    }
+    tensors = {
+        "score_rollout.safetensors": score_tensors(scores.get("rollout")),
+        "score_training.safetensors": score_tensors(scores.get("training")),
+        "token_diffs.safetensors": outcome.token_diffs,
+    }
+    return documents, tensors
+
+
+def score_tensors(score: SideScore | None) -> dict[str, torch.Tensor]:
+    if score is None:
+        return {}
+    return {
+        "logprobs": score.logprobs.float().contiguous(),
+        "token_ids": score.scored_token_ids.to(torch.int64).contiguous(),
+        "selected_token_ids": score.scored_selected_ids.to(torch.int64).contiguous(),
+        "active_mask": score.scored_active_mask.to(torch.uint8).contiguous(),
+    }

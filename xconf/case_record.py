@@ -1,0 +1,69 @@
+"""The rows of a run: one :class:`CaseRecord` per case, gathered in a :class:`RunSummary`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One row of the verdict table."""
+
+    case_id: str
+    label: str
+    kind: str
+    attempt_id: str
+    result: str
+    reused: bool
+    active_tokens: int
+    mismatches: int
+    max_abs_diff: float | None
+    p99_abs_diff: float | None
+    reason: str | None
+    # False when a declared knob was not run as requested (only possible without strict
+    # execution): the verdict stands but says nothing about the knob.
+    intervention_applied: bool = True
+
+    @classmethod
+    def from_comparison(
+        cls,
+        doc: Mapping[str, Any],
+        *,
+        case_id: str,
+        label: str,
+        kind: str,
+        attempt_id: str,
+        reused: bool,
+    ) -> CaseRecord:
+        """The row for one sealed attempt, read from its ``comparison.json`` document."""
+        diff = doc.get("diff") or {}
+        return cls(
+            case_id=case_id,
+            label=label,
+            kind=kind,
+            attempt_id=attempt_id,
+            result=doc["result"],
+            reused=reused,
+            active_tokens=int(doc.get("active_tokens") or 0),
+            mismatches=int(doc.get("mismatches") or 0),
+            max_abs_diff=diff.get("max"),
+            p99_abs_diff=diff.get("p99"),
+            reason=doc.get("reason"),
+            intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
+        )
+
+
+@dataclass
+class RunSummary:
+    experiment_id: str
+    experiment_dir: str
+    records: list[CaseRecord] = field(default_factory=list)
+    engines_built: int = 0
+    engines_reused: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def all_pass(self) -> bool:
+        return all(r.result == "pass" for r in self.records)
