@@ -116,7 +116,7 @@ def test_planted_launch_json_symlink_is_replaced_not_followed(tmp_path: Path) ->
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "launch.json").symlink_to(victim)
-    value, _ = launch_world(1, _noop, (), WorldSettings(), run_dir)
+    value, _ = launch_world(1, f"{__name__}:_noop", {}, WorldSettings(), run_dir)
     assert value == 7
     assert victim.read_text() == "precious"  # files written outside the root: 0
     assert not (run_dir / "launch.json").is_symlink()
