@@ -1,8 +1,9 @@
 """`xconf make-checkpoint DIR --arch qwen3|llama`: a tiny Hugging Face checkpoint to try xconf on.
 
-The directory gets what a real checkpoint has: config.json, model.safetensors, a byte-level
-BPE tokenizer trained in-process (tokenizer.json, with a chat template in
-tokenizer_config.json) and generation_config.json. Nothing is downloaded.
+The directory is written by `save_pretrained` and gets what a real checkpoint has:
+config.json, model.safetensors, generation_config.json, and a byte-level BPE tokenizer
+trained in-process (tokenizer.json, with a chat template in tokenizer_config.json).
+Nothing is downloaded.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Tiny Qwen3/Llama checkpoints with deterministic random weights, built locally.
 
-``ensure_model(spec)`` builds (once) a safetensors checkpoint, an HF config and an offline
-BPE tokenizer into ``$XCONF_MODEL_CACHE`` (default ``~/.cache/xconf/models``) under a
-directory named by the spec's content digest, and returns a :class:`ModelRecord` whose
-``checkpoint_sha256`` is the SHA-256 of the weight file. Nothing touches a model hub.
+``ensure_model(spec)`` builds (once) a checkpoint with ``save_pretrained`` (safetensors, HF
+config, generation config) and an offline BPE tokenizer into ``$XCONF_MODEL_CACHE`` (default
+``~/.cache/xconf/models``) under a directory named by the spec's content digest, and returns
+a :class:`ModelRecord` whose ``checkpoint_sha256`` is the SHA-256 of the weight file.
+Nothing touches a model hub.
 
 Weights are drawn name by name from one seeded generator (not from transformers' own
 initializers, which change between releases), and the output head is drawn with a large
@@ -25,7 +26,8 @@ from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_toke
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
 from xconf.canonical import canonical_digest
 
-FACTORY_VERSION = "xconf-tiny-model.v1"
+# v2: written with save_pretrained (v1 wrote safetensors and config.json by hand).
+FACTORY_VERSION = "xconf-tiny-model.v2"
 MANIFEST = "xconf_model.json"
 WEIGHTS = "model.safetensors"
 CACHE_ENV = "XCONF_MODEL_CACHE"
@@ -151,18 +153,33 @@ def _deterministic_state_dict(spec: ModelSpec, cfg: Any) -> dict[str, Any]:
 
 
 def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
-    from safetensors.torch import save_file
+    """Write a plain Hugging Face directory: ``save_pretrained`` (safetensors) plus the
+    tokenizer, exactly what a user's own checkpoint looks like."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.utils import logging as hf_logging
 
     tok = train_tokenizer(spec.vocab_size, out_dir, spec.max_position_embeddings)
     cfg = _hf_config(spec, tok.eos_token_id)
-    config_dict = cfg.to_dict()
-    config_dict.pop("transformers_version", None)
-    config_dict["dtype"] = "float32"
-    (out_dir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
-    gen_cfg = {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.eos_token_id}
-    (out_dir / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
     weights = _deterministic_state_dict(spec, cfg)
-    save_file(weights, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    # assign=True swaps the meta tensors for ours: no random init, no copy.
+    model.load_state_dict(weights, strict=True, assign=True)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id
+    )
+    progress_bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its shard bar would land in xconf's own output
+    try:
+        model.save_pretrained(out_dir, safe_serialization=True)
+    finally:
+        if progress_bar:
+            hf_logging.enable_progress_bar()
+    if not (out_dir / WEIGHTS).is_file():  # sharded or renamed by a future transformers
+        raise ModelFactoryError(
+            "model.unexpected_layout", f"save_pretrained wrote no {WEIGHTS}", str(out_dir)
+        )
     ckpt_sha = sha256_file(out_dir / WEIGHTS, limit=UNBOUNDED, follow=True)
     record = ModelRecord(
         path=str(out_dir),
