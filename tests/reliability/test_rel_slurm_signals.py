@@ -18,8 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.launchers.conftest import slurm_cluster  # noqa: F401 (the fixture)
-from tests.reliability.test_rel_signals import STOP_BUDGET_S, expected_code, verify_code
-from tests.reliability.test_rel_slurm_faults import BOUND_S, command, env, held_job
+from tests.reliability.test_rel_signals import (
+    STOP_BUDGET_S,
+    expected_code,
+    resumes_to_completion,
+    verify_code,
+)
+from tests.reliability.test_rel_slurm_faults import BOUND_S, command, start
 
 LIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
@@ -73,18 +78,7 @@ def test_slurm_sweep_stop_cancels_its_jobs_and_resumes(
     tmp_path: Path,
     how: str,
 ) -> None:
-    (tmp_path / "hold").write_text("", "utf-8")
-    argv = command(tmp_path)
-    proc = subprocess.Popen(
-        argv,
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    held, _ = held_job(tmp_path, proc)
+    proc, (held, _) = start(tmp_path)  # the held baseline case is in flight in its job
     jobs = submitted_jobs(tmp_path / "sweep")
     assert jobs
     sent = time.monotonic()
@@ -110,10 +104,4 @@ def test_slurm_sweep_stop_cancels_its_jobs_and_resumes(
     assert states.get(held) == "CANCELLED", (held, states)
     # The held case has no verdict and nothing is damaged: incomplete, not invalid.
     assert verify_code(tmp_path) == 3
-    # The same command resumes to a complete, valid run.
-    (tmp_path / "hold").unlink()
-    rerun = subprocess.run(
-        argv, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=BOUND_S
-    )
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert verify_code(tmp_path) == 0
+    resumes_to_completion(tmp_path, command(tmp_path), BOUND_S)
