@@ -4,7 +4,7 @@ The sweep submits its two S0 cases as Slurm jobs and holds the baseline case in 
 (`HeldRuntime`). Once it is in flight the test signals `xconf-run`: it must cancel every job
 it submitted (``sacct``: none left PENDING or RUNNING), exit 130 / 143 without a traceback or
 a verdict for the held case, leave the store merely incomplete (`xconf verify` exit 3), and the
-same command must then resume to a complete, valid run.
+same command must then resume to a complete, valid run (checked after SIGTERM).
 """
 
 from __future__ import annotations
@@ -104,4 +104,5 @@ def test_slurm_sweep_stop_cancels_its_jobs_and_resumes(
     assert states.get(held) == "CANCELLED", (held, states)
     # The held case has no verdict and nothing is damaged: incomplete, not invalid.
     assert verify_code(tmp_path) == 3
-    resumes_to_completion(tmp_path, command(tmp_path), BOUND_S)
+    if how == "SIGTERM":  # what schedulers send; one resume keeps the test's cost down
+        resumes_to_completion(tmp_path, command(tmp_path), BOUND_S)
