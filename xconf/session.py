@@ -28,6 +28,7 @@ from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 
 if TYPE_CHECKING:
+    from xconf.localize.service import Localization
     from xconf.runner import CaseRecord, RunSummary
 
 Mode = Literal["plan", "run"]
@@ -180,6 +181,9 @@ class View(Protocol):
 
     def verdict(self, summary: RunSummary) -> None: ...
 
+    def localized(self, result: Localization | None) -> None:
+        """One case localized after the verdict (``None``: the run had no failing case)."""
+
 
 @runtime_checkable
 class OutcomeReceiver(Protocol):
@@ -248,7 +252,7 @@ def run(
     ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
     sweep's parent gathers and reports. Third-party output (vLLM, transformers, torch) goes
     to ``<experiment dir>/xconf.log`` unless ``verbose``. ``localize``: after the verdict,
-    localize every failing case (:mod:`xconf.cli.localize`) before the report is written.
+    localize every failing case (:mod:`xconf.localize.service`) before the report is written.
     """
     adapter = instantiate_runtime(runtime)
     prepared = prepare(
@@ -271,12 +275,16 @@ def run(
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
     after_verdict = None
     if localize:
-        from xconf.cli.localize import localize_failing
+        from xconf.localize.service import localize_failing
 
         def after_verdict() -> None:
             # Localizing builds engines again: their output goes where the run's went.
             with third_party_output(prepared.store.path, output):
-                localize_failing(summary, adapter, view.console)
+                failing = localize_failing(
+                    summary, adapter, on_result=view.localized, on_error=report_error
+                )
+            if not failing:
+                view.localized(None)
 
     return conclude(summary, view, prepared, after_verdict)
 

@@ -6,19 +6,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 WORLD = 4
 CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _execution(model_cache: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -12,16 +11,11 @@ from typing import Any
 import pytest
 
 from tests.adapters.conftest import needs_hf
+from tests.adapters.spawned_ranks import free_port, run_ranks
 
 pytestmark = [needs_hf, pytest.mark.slow]
 WORLD = 2
 TIMEOUT_S = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
@@ -83,25 +77,8 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
 
 
 def test_fsdp2_two_ranks_bitwise_equal_to_unsharded(model_record: Any, tmp_path: Path) -> None:
-    import torch.multiprocessing as mp
-
     started = time.perf_counter()
-    ctx = mp.start_processes(
-        _rank_main,
-        args=(model_record.path, _free_port(), str(tmp_path)),
-        nprocs=WORLD,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"FSDP ranks did not finish within {TIMEOUT_S} s")
-    finally:
-        for proc in ctx.processes:
-            if proc.is_alive():
-                proc.terminate()
+    run_ranks(_rank_main, (model_record.path, free_port(), str(tmp_path)), WORLD, TIMEOUT_S)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     for res in results:
         assert res["bitwise"], res

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,16 +14,11 @@ from typing import Any
 import pytest
 
 from tests.adapters.conftest import needs_vllm
+from tests.adapters.spawned_ranks import free_port, run_ranks
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 WORLD = 2
 TIMEOUT_S = 420
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
@@ -74,25 +68,8 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
 def test_tp2_rollout_and_fsdp_training_on_two_ranks(
     model_record: Any, model_cache: str, tmp_path: Path
 ) -> None:
-    import torch.multiprocessing as mp
-
     started = time.perf_counter()
-    ctx = mp.start_processes(
-        _rank_main,
-        args=(_free_port(), model_cache, str(tmp_path)),
-        nprocs=WORLD,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"ranks did not finish within {TIMEOUT_S} s")
-    finally:
-        for proc in ctx.processes:
-            if proc.is_alive():
-                proc.terminate()
+    run_ranks(_rank_main, (free_port(), model_cache, str(tmp_path)), WORLD, TIMEOUT_S)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert ranks[0]["rows"] == ranks[1]["rows"]  # every rank reports rank 0's records
     rows = {r["label"]: r for r in ranks[0]["rows"]}

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.adapters._side_world_worker import WORLD, _free_port, _rank_main
+from tests.adapters._side_world_worker import WORLD, _rank_main
 from tests.adapters.conftest import needs_hf
+from tests.adapters.spawned_ranks import free_port, run_ranks
 
 pytestmark = [needs_hf, pytest.mark.slow]
 TIMEOUT_S = 300
@@ -25,25 +26,8 @@ TIMEOUT_S = 300
 def test_rollout_tp_case_keeps_the_baseline_training_world(
     model_record: Any, model_cache: str, tmp_path: Path
 ) -> None:
-    import torch.multiprocessing as mp
-
     started = time.perf_counter()
-    ctx = mp.start_processes(
-        _rank_main,
-        args=(_free_port(), model_cache, str(tmp_path)),
-        nprocs=WORLD,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"ranks did not finish within {TIMEOUT_S} s")
-    finally:
-        for proc in ctx.processes:
-            if proc.is_alive():
-                proc.terminate()
+    run_ranks(_rank_main, (free_port(), model_cache, str(tmp_path)), WORLD, TIMEOUT_S)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     for rank, res in enumerate(ranks):
         contexts = res["contexts"]

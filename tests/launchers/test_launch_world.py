@@ -62,7 +62,9 @@ def _disagree() -> None:
 
 def test_two_ranks_all_reduce_and_restore_signals(tmp_path: Path) -> None:
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    value, record = launch_world(2, _all_reduce_ranks, (10,), WorldSettings(), tmp_path)
+    value, record = launch_world(
+        2, f"{__name__}:_all_reduce_ranks", {"offset": 10}, WorldSettings(), tmp_path
+    )
     # (10 + 11) from the all_reduce, and OMP_NUM_THREADS=1 set in the rank.
     assert value == 21 * 100 + 1
     assert record.world_size == 2 and record.backend == "gloo"
@@ -74,16 +76,16 @@ def test_two_ranks_all_reduce_and_restore_signals(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fn", "needle"),
     [
-        (_rank1_raises, "ValueError: boom on rank 1"),
-        (_rank1_dies_rank0_waits, "exited without raising"),
-        (_disagree, "CaseDisagreementError"),
+        ("_rank1_raises", "ValueError: boom on rank 1"),
+        ("_rank1_dies_rank0_waits", "exited without raising"),
+        ("_disagree", "CaseDisagreementError"),
     ],
 )
-def test_failing_rank_fails_bounded(tmp_path: Path, fn: object, needle: str) -> None:
+def test_failing_rank_fails_bounded(tmp_path: Path, fn: str, needle: str) -> None:
     settings = WorldSettings(pg_timeout_s=20, job_timeout_s=FAIL_BOUND_S)
     start = time.monotonic()
     with pytest.raises(RankFailedError) as info:
-        launch_world(2, fn, (), settings, tmp_path)  # type: ignore[arg-type]
+        launch_world(2, f"{__name__}:{fn}", {}, settings, tmp_path)
     assert time.monotonic() - start < FAIL_BOUND_S
     assert info.value.code == "launch.rank_failed"
     assert needle in str(info.value) or needle in repr(info.value.__context__)
@@ -93,7 +95,7 @@ def test_watchdog_kills_hung_world(tmp_path: Path) -> None:
     settings = WorldSettings(job_timeout_s=6)
     start = time.monotonic()
     with pytest.raises(LaunchTimeoutError) as info:
-        launch_world(2, _sleep_forever, (), settings, tmp_path)
+        launch_world(2, f"{__name__}:_sleep_forever", {}, settings, tmp_path)
     assert time.monotonic() - start < 6 + 20
     assert info.value.path == "hydra.launcher.job_timeout_s"
 

@@ -109,3 +109,27 @@ def test_llama_name_map_names_a_planted_attention(model_cache, tmp_path) -> None
     )
     assert result.document["architecture"] == "LlamaForCausalLM"
     assert result.line == "first divergence: layer 1 attention output"
+
+
+def test_localize_step_after_a_run_draws_each_failing_case(planted_run) -> None:
+    """The `--localize` step: the service localizes every failing case (here the planted
+    one) and the front-end's view only draws what it hands over."""
+    from rich.console import Console
+
+    from xconf.cli.render import ConsoleView
+    from xconf.localize.service import localize_failing
+
+    view = ConsoleView(Console(record=True, width=120, markup=False))
+    errors: list[object] = []
+    failing = localize_failing(
+        planted_run,
+        planted.runtime("hf_pair", PLANT_TRAINING),
+        on_result=view.localized,
+        on_error=errors.append,
+    )
+    assert (failing, errors) == (1, [])
+    text = view.console.export_text()
+    assert "drift by tap: case " + case_of(planted_run) in text
+    assert "first divergence: layer 3 MLP output" in text
+    view.localized(None)
+    assert view.console.export_text().strip() == "localize: no failing case"

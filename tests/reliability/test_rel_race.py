@@ -116,8 +116,83 @@ def test_planted_launch_json_symlink_is_replaced_not_followed(tmp_path: Path) ->
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "launch.json").symlink_to(victim)
-    value, _ = launch_world(1, _noop, (), WorldSettings(), run_dir)
+    value, _ = launch_world(1, f"{__name__}:_noop", {}, WorldSettings(), run_dir)
     assert value == 7
     assert victim.read_text() == "precious"  # files written outside the root: 0
     assert not (run_dir / "launch.json").is_symlink()
     assert '"status": "completed"' in (run_dir / "launch.json").read_text()
+
+
+@pytest.fixture(scope="module")
+def sealed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small sealed S0 run (cpu-smoke): the report's input."""
+    from tests.reliability.relhelpers import RUN_FLAGS, cli, write_experiment
+
+    base = tmp_path_factory.mktemp("race-run")
+    code = cli("run", write_experiment(base), *RUN_FLAGS, "--output-root", base / "out")
+    assert code == 1  # the mini S0 fails some cases on purpose
+    return base / "out" / "rel-s0"
+
+
+def _swap_while_building(monkeypatch: pytest.MonkeyPatch, module: Any, victim: Path) -> Path:
+    """While the report is built (after the writer started), move ``victim`` aside and put a
+    symlink to ``outside`` in its place: the attacker's swap. Returns ``outside``."""
+    outside = victim.parent / "outside"
+    outside.mkdir()
+    real_build = module.build_report
+
+    def build_then_swap(*args: Any, **kwargs: Any) -> Any:
+        data = real_build(*args, **kwargs)
+        os.rename(victim, victim.with_name(victim.name + ".moved"))
+        victim.symlink_to(outside, target_is_directory=True)
+        return data
+
+    monkeypatch.setattr(module, "build_report", build_then_swap)
+    return outside
+
+
+def test_run_dir_swapped_for_a_symlink_mid_report_receives_nothing(
+    sealed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """report.html's directory (the run dir) swapped while the report is built: the report
+    follows the descriptor opened before, into the real directory."""
+    import shutil
+
+    from xconf.report import writer
+
+    run = tmp_path / "out" / "rel-s0"
+    shutil.copytree(sealed_run, run, symlinks=True)
+    outside = _swap_while_building(monkeypatch, writer, run)
+    written = writer.write_report(run)
+    monkeypatch.undo()
+    assert written.path == run / "report.html"
+    assert _tree(outside) == []  # files written outside the root: 0
+    assert (run.with_name("rel-s0.moved") / "report.html").read_text().startswith("<!DOCTYPE")
+
+
+def test_report_output_dir_swapped_for_a_symlink_mid_write_receives_nothing(
+    sealed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`xconf report RUN_DIR -o DIR/r.html` with DIR swapped while the report is built."""
+    from xconf.report import build
+    from xconf.report.cli import main_report
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    outside = _swap_while_building(monkeypatch, build, reports)
+    code = main_report([str(sealed_run), "-o", str(reports / "r.html"), "--quiet"])
+    monkeypatch.undo()
+    assert code == 0
+    assert _tree(outside) == []  # files written outside the root: 0
+    assert (tmp_path / "reports.moved" / "r.html").read_text().startswith("<!DOCTYPE")
+
+
+def test_report_into_a_symlinked_run_dir_is_refused(sealed_run: Path, tmp_path: Path) -> None:
+    """The run directory named is itself a symlink: refused (the loader's rule), no write."""
+    from xconf.report.cli import main_report
+
+    link = tmp_path / "link"
+    link.symlink_to(sealed_run, target_is_directory=True)
+    before = sorted(p.name for p in sealed_run.iterdir())
+    assert main_report([str(link), "--quiet"]) == 2
+    assert sorted(p.name for p in sealed_run.iterdir()) == before

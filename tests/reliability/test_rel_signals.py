@@ -107,6 +107,23 @@ def verify_code(tmp: Path) -> int:
     return verify_run(tmp / "out" / "cpu-smoke").exit_code
 
 
+def resumes_to_completion(tmp: Path, argv: list[str], timeout_s: float = 300) -> None:
+    """Release the held case and run the same command again: every case judged, exit 0,
+    the store complete and valid (`verify` 0)."""
+    (tmp / "hold").unlink()
+    rerun = subprocess.run(
+        argv,
+        cwd=tmp,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert verify_code(tmp) == 0
+
+
 def expected_code(how: str) -> int:
     return 143 if how == "SIGTERM" else 130
 
@@ -128,17 +145,7 @@ def test_single_run_stops_on_a_signal_and_resumes(tmp_path: Path, how: str) -> N
     proc, _ = start(tmp_path, argv, "first.log")
     code, took, left = stop(proc, how)
     check_stopped(tmp_path, how, code, took, left, "first.log")
-    (tmp_path / "hold").unlink()
-    rerun = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert verify_code(tmp_path) == 0
+    resumes_to_completion(tmp_path, argv)
 
 
 @pytest.mark.slow
@@ -152,16 +159,5 @@ def test_torchrun_sweep_stops_launching_and_ends_its_ranks(tmp_path: Path, how: 
     assert not (tmp_path / "sweep" / "1").exists()
     if how != "SIGINT parent":
         return
-    # The same command resumes: both cases judged, the store complete and valid.
-    (tmp_path / "hold").unlink()
-    rerun = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert verify_code(tmp_path) == 0
+    resumes_to_completion(tmp_path, argv)
     print(f"resumed after {how}: exit 0, verify 0")

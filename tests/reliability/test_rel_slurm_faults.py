@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from tests.launchers.conftest import STATE, slurm_cluster  # noqa: F401 (the fixture)
+from tests.reliability.test_rel_signals import resumes_to_completion
 from xconf.verify import verify_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,12 +95,7 @@ def check_fault_then_resume(
     assert "without a result" in out
     assert "batch.size=3" in out and "│ pass" in out
     assert verify_run(tmp / "out" / "cpu-smoke").exit_code == 3  # incomplete, not damaged
-    (tmp / "hold").unlink()
-    rerun = subprocess.run(
-        command(tmp), cwd=tmp, env=env(), capture_output=True, text=True, timeout=BOUND_S
-    )
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert verify_run(tmp / "out" / "cpu-smoke").exit_code == 0
+    resumes_to_completion(tmp, command(tmp), BOUND_S)
     return out
 
 

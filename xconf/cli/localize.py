@@ -1,6 +1,7 @@
-"""`xconf localize RUN_DIR CASE_ID` and the `--localize` step after a run.
+"""`xconf localize RUN_DIR CASE_ID`: parse the arguments and draw the result.
 
-Heavy imports (torch, the engines) are deferred to the call: `xconf --help` stays light.
+The work is :mod:`xconf.localize.service`'s (also behind ``--localize`` after a run). Heavy
+imports (torch, the engines) are deferred to the call: `xconf --help` stays light.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ if TYPE_CHECKING:  # only argparse at module level: `xconf --help` imports this 
     from rich.console import Console
     from rich.table import Table
 
+    from xconf.localize.service import Localization
     from xconf.session import Outcome
-
-FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
 
 
 def add_parser(sub: Any) -> None:
@@ -55,41 +55,16 @@ def drift_table(document: dict[str, Any]) -> Table:
     return table
 
 
-def localize_one(
-    run_dir: Path, case_id: str, console: Console, adapter: Any = None, runtime: str | None = None
-) -> Any:
-    from xconf.localize.replay import runtime_for
-    from xconf.localize.service import localize_case
-
-    if adapter is None and runtime is not None:
-        adapter = runtime_for(runtime)
-    result = localize_case(run_dir, case_id, adapter=adapter)
+def show(result: Localization, console: Console) -> None:
     console.print(drift_table(result.document))
     console.print(f"wrote {result.path}")
     console.print(result.line, markup=False, highlight=False)
-    return result
 
 
 def step(args: argparse.Namespace, view: Any) -> Outcome:
     """`xconf localize`: one session step (coded errors become exit 2 in ``session.guarded``)."""
+    from xconf.localize.service import localize_case
     from xconf.session import EXIT_OK, Outcome
 
-    localize_one(args.run_dir, args.case_id, view.console, runtime=args.runtime)
+    show(localize_case(args.run_dir, args.case_id, runtime=args.runtime), view.console)
     return Outcome(EXIT_OK)
-
-
-def localize_failing(summary: Any, adapter: Any, console: Console) -> None:
-    """After a run: localize every failing case with the run's adapter; a case that cannot
-    be localized is reported with its coded error and the others still run."""
-    from xconf.errors import XconfError
-    from xconf.session import report_error
-
-    failing = [r for r in summary.records if r.result in FAILING]
-    if not failing:
-        console.print("localize: no failing case")
-        return
-    for record in failing:
-        try:
-            localize_one(Path(summary.experiment_dir), record.case_id, console, adapter)
-        except XconfError as error:
-            report_error(error)

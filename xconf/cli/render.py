@@ -14,6 +14,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionPlan
+    from xconf.localize.service import Localization
     from xconf.runner import CaseRecord, RunSummary
     from xconf.session import Prepared
 
@@ -182,3 +183,11 @@ class ConsoleView:
         self.console.print(verdict_table(summary))
         print_reasons(self.console, summary.records)
         self.console.print(Text(f"artifacts: {summary.experiment_dir}"))
+
+    def localized(self, result: Localization | None) -> None:
+        if result is None:
+            self.console.print("localize: no failing case")
+            return
+        from xconf.cli.localize import show
+
+        show(result, self.console)

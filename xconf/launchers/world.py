@@ -1,5 +1,9 @@
 """Start a world of ranks through torch elastic (no shelling out) and run a function in each.
 
+Each rank receives a JSON job description: an importable ``module:qualname`` target and
+JSON keyword arguments (:mod:`xconf.launchers.rank_call`); rank 0 answers in JSON. No pickle
+that xconf makes is ever loaded (multiprocessing's spawn only carries these strings).
+
 The parent blocks in ``elastic_launch``; a watchdog thread bounds the whole launch because
 torch elastic has no overall run timeout and a rank stuck in a collective only fails after
 the process group's timeout. torch is imported lazily: Hydra imports launcher plugins during
@@ -16,7 +20,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -119,30 +123,31 @@ def verify_case_agreement(digest: bytes) -> None:
         )
 
 
-def _rank_entry(blob: bytes, settings: WorldSettings, pid_dir: str) -> Any:
-    """Top-level worker function (spawn pickles it by reference)."""
+def _rank_entry(job: str, settings_json: str, pid_dir: str) -> str | None:
+    """Top-level worker function (spawn names it by reference); every argument is a str."""
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
     handler = get_error_handler()
     handler.initialize()
     try:
-        return _run_rank(blob, settings, pid_dir)
+        return _run_rank(job, WorldSettings(**json.loads(settings_json)), pid_dir)
     except Exception as exc:
         # Writes the traceback to the error file the parent reads into ChildFailedError.
         handler.record_exception(exc)
         raise
 
 
-def _run_rank(blob: bytes, settings: WorldSettings, pid_dir: str) -> Any:
+def _run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
     rank = int(os.environ["RANK"])
     # The watchdog kills the pids recorded here if the launch overruns.
     (Path(pid_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
     # torch elastic (unlike the torchrun command) leaves OMP_NUM_THREADS unset, and N ranks
     # each using every core oversubscribe the machine.
     os.environ["OMP_NUM_THREADS"] = str(settings.omp_num_threads)
-    import cloudpickle
     import torch
     import torch.distributed as dist
+
+    from xconf.launchers.rank_call import import_target, to_json
 
     torch.set_num_threads(settings.omp_num_threads)
     backend = resolve_backend(settings.backend)
@@ -150,14 +155,13 @@ def _run_rank(blob: bytes, settings: WorldSettings, pid_dir: str) -> Any:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=settings.pg_timeout_s))
     try:
-        # In-memory IPC: the parent launcher serialized this task a moment ago (elastic launch
-        # spawns the ranks). Never bytes read from an artifact: those are safetensors/JSON.
-        fn, args = cloudpickle.loads(blob)
-        value = fn(*args)
+        # A name and JSON: importing the target runs only code that is installed already.
+        description = json.loads(job)
+        value = import_target(description["target"])(**description["kwargs"])
     finally:
         dist.destroy_process_group()
-    # Only rank 0's value is used; other ranks return None so nothing else has to pickle.
-    return value if rank == 0 else None
+    # Only rank 0's value is used, as JSON; the other ranks return nothing.
+    return to_json(value, "the rank's return value") if rank == 0 else None
 
 
 def _spawn_children(parent: int) -> set[int]:
@@ -222,20 +226,25 @@ def _restore_signal_handlers(saved: dict[int, Any]) -> None:
 
 def launch_world(
     world_size: int,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
+    target: str,
+    kwargs: Mapping[str, Any],
     settings: WorldSettings,
     run_dir: Path,
 ) -> tuple[Any, WorldRecord]:
-    """Run ``fn(*args)`` in ``world_size`` ranks with an initialised process group.
+    """Run ``target(**kwargs)`` in ``world_size`` ranks with an initialised process group.
 
-    Returns rank 0's value and a record. A failing, dying or overrunning rank raises a
+    ``target`` is ``module:qualname`` of an importable function and ``kwargs`` JSON: each rank
+    imports the one and parses the other (checked here first, ``launch.task.*``). Returns
+    rank 0's value (JSON, parsed) and a record. A failing, dying or overrunning rank raises a
     :class:`LaunchError` subclass within a bounded time (``settings.job_timeout_s``).
     """
     settings.validate()
     if world_size < 1:
         raise LaunchError("launch.world_size", f"world size {world_size} < 1", "")
-    import cloudpickle
+    from xconf.launchers.rank_call import import_target, to_json
+
+    import_target(target)  # a name the ranks cannot import fails here, not in every rank
+    job = json.dumps({"target": target, "kwargs": json.loads(to_json(dict(kwargs), "kwargs"))})
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -261,7 +270,6 @@ def launch_world(
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "elastic")),
         shutdown_timeout=settings.shutdown_timeout_s,
     )
-    blob = cloudpickle.dumps((fn, args))
     saved = _save_signal_handlers()
     before = _spawn_children(os.getpid())
     start = time.monotonic()
@@ -269,8 +277,10 @@ def launch_world(
     value: Any = None
     with _Watchdog(settings.job_timeout_s, pid_dir, before) as dog:
         try:
-            outputs = elastic_launch(config, _rank_entry)(blob, settings, str(pid_dir))
-            value = outputs[0]
+            outputs = elastic_launch(config, _rank_entry)(
+                job, json.dumps(asdict(settings)), str(pid_dir)
+            )
+            value = json.loads(outputs[0])
         except ChildFailedError as exc:
             error = _failure(exc, dog.expired, settings)
         except SignalException as exc:

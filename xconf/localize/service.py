@@ -1,12 +1,19 @@
-"""``localize_case``: the whole localization of one case, from run directory to artifact."""
+"""``localize_case``: the whole localization of one case, from run directory to artifact;
+``localize_failing``: every failing case of a finished run (``--localize``).
+
+The front-ends only parse arguments and draw results (``xconf/cli/localize.py``); the service
+(``xconf/session.py``) calls this module, never the CLI.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xconf.errors import XconfError
 from xconf.localize.analysis import (
     FACTOR,
     MIN_FLOOR,
@@ -34,6 +41,9 @@ FLOOR_DEFINITION = (
 )
 
 
+FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
+
+
 @dataclass(frozen=True)
 class Localization:
     document: dict[str, Any]
@@ -59,12 +69,16 @@ def _tap_row(result: TapResult, names: Any, flavours: dict[str, Any]) -> dict[st
     }
 
 
-def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> Localization:
-    """Localize ``case_id`` of ``run_dir``; ``adapter`` defaults to the run's runtime."""
+def localize_case(
+    run_dir: str | Path, case_id: str, *, adapter: Any = None, runtime: str | None = None
+) -> Localization:
+    """Localize ``case_id`` of ``run_dir`` with ``adapter``; without one, a fresh runtime of
+    config ``runtime`` (``conf/runtime/NAME.yaml``), by default the one the run used."""
     started = time.perf_counter()
     inputs = load_inputs(Path(run_dir), case_id)
     check_replayable(inputs.case)
-    adapter = adapter if adapter is not None else runtime_for(inputs.runtime_kind)
+    if adapter is None:
+        adapter = runtime_for(runtime if runtime is not None else inputs.runtime_kind)
     identity = refreeze(adapter, inputs.identity)
     names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
     layers = num_layers(adapter)
@@ -124,3 +138,24 @@ def localize_case(run_dir: str | Path, case_id: str, *, adapter: Any = None) -> 
     }
     published = publish(inputs.store.path, case.case_id, inputs.attempt_id, document)
     return Localization({**document, "localize_id": published.localize_id}, published.path, line)
+
+
+def localize_failing(
+    summary: Any,
+    adapter: Any,
+    *,
+    on_result: Callable[[Localization], None],
+    on_error: Callable[[XconfError], None],
+) -> int:
+    """Localize every failing case of ``summary`` (a ``RunSummary``) with the run's adapter,
+    handing each result to ``on_result``; a case that cannot be localized goes to ``on_error``
+    with its coded error and the others still run. Returns how many cases were failing."""
+    failing = [r for r in summary.records if r.result in FAILING]
+    for record in failing:
+        try:
+            result = localize_case(Path(summary.experiment_dir), record.case_id, adapter=adapter)
+        except XconfError as error:
+            on_error(error)
+            continue
+        on_result(result)
+    return len(failing)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from xconf.errors import XconfError
-from xconf.report.writer import FORMATS, default_output, render, write_text
+from xconf.report.writer import FORMATS, default_output, render, report_file
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -49,12 +49,12 @@ def main_report(argv: list[str]) -> int:
     try:
         from xconf.report.build import build_report
 
-        data = build_report(args.run_dir, tokenizer=args.tokenizer)
-        text = render(data, fmt)
         if to_stdout:
-            sys.stdout.write(text)
+            sys.stdout.write(render(build_report(args.run_dir, tokenizer=args.tokenizer), fmt))
             return EXIT_OK
-        write_text(target, text)
+        with report_file(target, args.run_dir) as write:  # opened before the run is read
+            data = build_report(args.run_dir, tokenizer=args.tokenizer)
+            write(render(data, fmt))
     except XconfError as exc:
         print(
             f"xconf report: error [{exc.code}]"

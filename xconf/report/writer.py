@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,22 +44,62 @@ def default_output(run_dir: str | os.PathLike[str], fmt: str) -> Path:
     return Path(run_dir) / f"report.{fmt}"
 
 
-def write_text(path: Path, text: str) -> None:
-    """Replace ``path`` atomically through the one writer (``safe_io.write_file``).
+@contextmanager
+def report_file(
+    path: Path, run_dir: str | os.PathLike[str] | None = None
+) -> Iterator[Callable[[str], None]]:
+    """Open the directory ``path`` goes into once, now, and yield the writer of its text.
 
-    The directory is opened once without following its last component and the report is
-    linked in relative to that descriptor: a directory swapped for a symlink, or a symlink
-    planted at ``report.html``, never redirects the write.
+    Open it before the run is read: the report is then linked in relative to that
+    descriptor (``safe_io.publish_bytes``), so a directory swapped for a symlink while the
+    report is built or written redirects nothing, and a symlink planted at ``report.html``
+    is replaced, never written through. The run directory itself (the default output's
+    directory) must be a real directory, as the loader requires; another output directory
+    is the user's choice and is resolved once, following links. One that does not exist
+    yet is created only when the text is written (nothing is written if the build fails).
     """
-    from xconf.artifacts.safe_io import write_file
+    from xconf.artifacts.safe_io import Dir, open_root, publish_bytes
     from xconf.errors import ArtifactError
 
-    try:
-        write_file(path, text.encode("utf-8"))
-    except ArtifactError as exc:
-        raise ReportError(
+    def failed(exc: ArtifactError) -> ReportError:
+        return ReportError(
             "report.write_failed", f"cannot write the report: {exc.message}", str(path)
-        ) from None
+        )
+
+    in_run_dir = run_dir is not None and path.parent == Path(run_dir)
+    opened: Dir | None = None
+    refused: ArtifactError | None = None
+    try:
+        opened = open_root(path.parent, create=False, follow=not in_run_dir)
+    except ArtifactError as exc:
+        # Missing (created at write time) or refused: the build reports a bad run dir
+        # first, with its own code; the refusal stands if the build succeeds.
+        refused = None if not path.parent.exists() and not in_run_dir else exc
+
+    def write(text: str) -> None:
+        if refused is not None:
+            raise failed(refused)
+        try:
+            directory = opened or open_root(path.parent, create=True, follow=True)
+            try:
+                publish_bytes(directory, path.name, text.encode("utf-8"), replace=True)
+            finally:
+                if opened is None:
+                    directory.close()
+        except ArtifactError as exc:
+            raise failed(exc) from None
+
+    try:
+        yield write
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with ``text`` (see :func:`report_file`)."""
+    with report_file(path) as write:
+        write(text)
 
 
 def write_report(
@@ -75,9 +117,10 @@ def write_report(
         fmt = "json" if output_path is not None and str(output_path).endswith(".json") else "html"
     if fmt not in FORMATS:
         raise ReportError("report.bad_format", f"unknown report format {fmt!r}", "format")
-    data = build_report(run_dir, decoder_factory=decoder_factory)
     path = Path(output_path) if output_path is not None else default_output(run_dir, fmt)
-    write_text(path, render(data, fmt))
+    with report_file(path, run_dir) as write:
+        data = build_report(run_dir, decoder_factory=decoder_factory)
+        write(render(data, fmt))
     return WrittenReport(path, fmt, data)
 
 
