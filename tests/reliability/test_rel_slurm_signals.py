@@ -59,14 +59,15 @@ def in_queue(jobs: set[str]) -> list[str]:
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
-def settled(jobs: set[str], bound_s: float = 60.0) -> tuple[dict[str, str], float]:
-    """Wait until no job of ``jobs`` is live (slurmctld records a cancel asynchronously)."""
+def settled(jobs: set[str], held: str, bound_s: float = 60.0) -> tuple[dict[str, str], float]:
+    """Wait until no job of ``jobs`` is live and ``held`` has its own accounting record:
+    slurmctld records a cancel asynchronously, and slurmdbd may still list an array by its
+    pending record (``180``) before its tasks' own (``180_0``) arrive."""
     since = time.monotonic()
     while True:
         states = job_states(jobs)
-        if (states and not any(s in LIVE for s in states.values()) and not in_queue(jobs)) or (
-            time.monotonic() - since > bound_s
-        ):
+        over = states and not any(s in LIVE for s in states.values()) and not in_queue(jobs)
+        if (over and held in states) or time.monotonic() - since > bound_s:
             return states, time.monotonic() - since
         time.sleep(0.5)
 
@@ -89,7 +90,7 @@ def test_slurm_sweep_stop_cancels_its_jobs_and_resumes(
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError("the sweep did not stop after the signal") from None
     took = time.monotonic() - sent
-    states, to_settle = settled(jobs)
+    states, to_settle = settled(jobs, held)
     print(
         f"slurm sweep, {how}: exit {proc.returncode}, time to stop {took:.2f}s, "
         f"jobs {sorted(states.items())} settled {to_settle:.1f}s later"
