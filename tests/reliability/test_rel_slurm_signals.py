@@ -102,7 +102,9 @@ def test_slurm_sweep_stop_cancels_its_jobs_and_resumes(
     # Every job it submitted is over (none lives on); the held one was cancelled.
     assert states and not [s for s in states.values() if s in LIVE], states
     assert in_queue(jobs) == []
-    assert states.get(held) == "CANCELLED", (held, states)
+    # Its own record, or (accounting lagging past the bound) the array's record holding it.
+    held_state = states.get(held, states.get(held.split("_")[0]))
+    assert held_state == "CANCELLED", (held, states)
     # The held case has no verdict and nothing is damaged: incomplete, not invalid.
     assert verify_code(tmp_path) == 3
     if how == "SIGTERM":  # what schedulers send; one resume keeps the test's cost down
