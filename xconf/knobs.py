@@ -59,6 +59,10 @@ def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
     return MappingProxyType(mapping)
 
 
+# An FSDP2 MixedPrecisionPolicy dtype: a dtype, or no policy ("none", "native", "auto").
+POLICY_DTYPE_ALIASES = _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"})
+
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -201,7 +205,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "choice",
                 "training",
                 "FSDP2 MixedPrecisionPolicy.param_dtype (none: no policy)",
-                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                POLICY_DTYPE_ALIASES,
                 tier="extended",
             ),
             KnobSpec(
@@ -210,7 +214,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "choice",
                 "training",
                 "FSDP2 MixedPrecisionPolicy.reduce_dtype (none: no policy)",
-                _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"}),
+                POLICY_DTYPE_ALIASES,
                 tier="extended",
             ),
             KnobSpec(
