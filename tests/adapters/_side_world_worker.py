@@ -40,44 +40,55 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from xconf.runtime.ranks import close_world
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=240)
     )
     try:
-        from xconf.adapters.frozen import FrozenBatch
-        from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.hf.scorer import HFTrainingScorer
-        from xconf.adapters.models import ensure_model
-        from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
-        from xconf.runner import frozen_inputs
-
-        execution = _execution(model_cache)
-        identity = execution.plan.spec.identity
-        runtime = VllmHfRuntime(model_cache=model_cache)
-        runtime._record = ensure_model(cache_dir=model_cache)
-        base, tp4 = execution.cases
-        assert dict(tp4.case.changed) == {"rollout.tensor_parallel_size": 4}
-        contexts = {
-            label: dict(runtime.bind(case, identity).training.distributed_context)
-            for label, case in (("baseline", base), ("tp4", tp4))
-        }
-        binding = runtime.bind(tp4, identity)
-        engine = runtime.build_engine(binding.training, tp4)
-        score = engine.score(frozen_inputs(identity), identity, 2, None)
-        back = dict(engine.readback())
-        result: dict[str, Any] = {
-            "contexts": contexts,
-            "built_model": getattr(engine, "wrapped", engine).engine is not None,
-            "readback": {k: back.get(k) for k in ("training.world_size", "training.sharding")},
-        }
-        if rank == 0:  # the FSDP sub-group's scores equal one unsharded model's, bitwise
-            plain = HFTrainingScorer(TrainingScorerConfig(model_path=runtime.record.path))
-            ref = plain.score(FrozenBatch.from_identity(identity), 2)
-            result["bitwise"] = bool(torch.equal(ref.logprobs, score.logprobs))
+        # In a function of its own: the engines (and the sub-group their FSDP mesh holds)
+        # are released when it returns, before the world is closed.
+        result = _score_on_rank(rank, model_cache)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
-        engine.close()
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        close_world()
+
+
+def _score_on_rank(rank: int, model_cache: str) -> dict[str, Any]:
+    import torch
+
+    from xconf.adapters.frozen import FrozenBatch
+    from xconf.adapters.hf.model import TrainingScorerConfig
+    from xconf.adapters.hf.scorer import HFTrainingScorer
+    from xconf.adapters.models import ensure_model
+    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.runner import frozen_inputs
+
+    execution = _execution(model_cache)
+    identity = execution.plan.spec.identity
+    runtime = VllmHfRuntime(model_cache=model_cache)
+    runtime._record = ensure_model(cache_dir=model_cache)
+    base, tp4 = execution.cases
+    assert dict(tp4.case.changed) == {"rollout.tensor_parallel_size": 4}
+    contexts = {
+        label: dict(runtime.bind(case, identity).training.distributed_context)
+        for label, case in (("baseline", base), ("tp4", tp4))
+    }
+    binding = runtime.bind(tp4, identity)
+    engine = runtime.build_engine(binding.training, tp4)
+    score = engine.score(frozen_inputs(identity), identity, 2, None)
+    back = dict(engine.readback())
+    result: dict[str, Any] = {
+        "contexts": contexts,
+        "built_model": getattr(engine, "wrapped", engine).engine is not None,
+        "readback": {k: back.get(k) for k in ("training.world_size", "training.sharding")},
+    }
+    if rank == 0:  # the FSDP sub-group's scores equal one unsharded model's, bitwise
+        plain = HFTrainingScorer(TrainingScorerConfig(model_path=runtime.record.path))
+        ref = plain.score(FrozenBatch.from_identity(identity), 2)
+        result["bitwise"] = bool(torch.equal(ref.logprobs, score.logprobs))
+    engine.close()
+    return result

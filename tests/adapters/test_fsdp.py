@@ -25,6 +25,7 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
     from xconf.adapters.frozen import FrozenBatch, FrozenSample
     from xconf.adapters.hf.model import TrainingScorerConfig
     from xconf.adapters.hf.scorer import HFTrainingScorer
+    from xconf.runtime.ranks import close_world
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -73,7 +74,7 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
-        dist.destroy_process_group()
+        close_world()
 
 
 def test_fsdp2_two_ranks_bitwise_equal_to_unsharded(model_record: Any, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
     from tests.adapters.test_runtime_s2 import _spec
     from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
     from xconf.experiment import Intervention
+    from xconf.runtime.ranks import close_world
     from xconf.session import prepare, run_prepared
 
     os.environ.update(
@@ -62,7 +63,7 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
             json.dumps({"rows": rows, "dir": summary.experiment_dir})
         )
     finally:
-        dist.destroy_process_group()
+        close_world()
 
 
 def test_tp2_rollout_and_fsdp_training_on_two_ranks(

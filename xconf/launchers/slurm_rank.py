@@ -86,7 +86,6 @@ def init_slurm_rank(timeout_s: float = 300.0, backend: str = "gloo") -> SlurmRan
 
 
 def destroy_slurm_rank() -> None:
-    import torch.distributed as dist
+    from xconf.runtime.ranks import close_world
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    close_world()

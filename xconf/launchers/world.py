@@ -148,6 +148,7 @@ def _run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
     import torch.distributed as dist
 
     from xconf.launchers.rank_call import import_target, to_json
+    from xconf.runtime.ranks import close_world
 
     torch.set_num_threads(settings.omp_num_threads)
     backend = resolve_backend(settings.backend)
@@ -159,7 +160,7 @@ def _run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
         description = json.loads(job)
         value = import_target(description["target"])(**description["kwargs"])
     finally:
-        dist.destroy_process_group()
+        close_world()
     # Only rank 0's value is used, as JSON; the other ranks return nothing.
     return to_json(value, "the rank's return value") if rank == 0 else None
 

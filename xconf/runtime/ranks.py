@@ -7,6 +7,7 @@ knobs (:func:`xconf.knobs.side_worlds`).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,7 +56,9 @@ class SideGroup:
         return self.group is not None
 
 
-_GROUPS: dict[int, Any] = {}
+# size -> (the world it was made in, the sub-group). A group belongs to one world: after
+# ``destroy_process_group`` and a new ``init_process_group`` its communicator is gone.
+_GROUPS: dict[int, tuple[Any, Any]] = {}
 
 
 def side_group(size: int) -> SideGroup:
@@ -74,6 +77,21 @@ def side_group(size: int) -> SideGroup:
         )
     if size == world:
         return SideGroup(size, None, True)
-    if size not in _GROUPS:
-        _GROUPS[size] = dist.new_group(ranks=list(range(size)))
-    return SideGroup(size, _GROUPS[size], rank() < size)
+    cached = _GROUPS.get(size)
+    if cached is None or cached[0] is not dist.group.WORLD:
+        cached = (dist.group.WORLD, dist.new_group(ranks=list(range(size))))
+        _GROUPS[size] = cached
+    return SideGroup(size, cached[1], rank() < size)
+
+
+def close_world() -> None:
+    """End this rank's part in the launched world: every process group, sub-groups included.
+
+    The sub-group cache is emptied first: it would otherwise keep each sub-group's backend
+    (worker threads, sockets) alive past the destroy, to be torn down during interpreter
+    finalization, where a C++ thread pool can abort a rank whose work had succeeded.
+    """
+    _GROUPS.clear()
+    if in_process_group():
+        dist.destroy_process_group()
+    gc.collect()  # the released backends' threads are joined now, not at exit
