@@ -54,6 +54,10 @@ def _sleep_forever() -> None:
     time.sleep(3600)
 
 
+def _interrupted() -> None:
+    raise KeyboardInterrupt
+
+
 def _disagree() -> None:
     import torch.distributed as dist
 
@@ -98,6 +102,42 @@ def test_watchdog_kills_hung_world(tmp_path: Path) -> None:
         launch_world(2, f"{__name__}:_sleep_forever", {}, settings, tmp_path)
     assert time.monotonic() - start < 6 + 20
     assert info.value.path == "hydra.launcher.job_timeout_s"
+
+
+# One rank's entry, run as torch elastic runs it, in a fresh interpreter of its own.
+_ENTRY = """
+import json, os, signal, socket, sys
+from xconf.launchers.world import WorldSettings, _rank_entry
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=str(port))
+job = json.dumps({"target": "tests.launchers.test_launch_world:_interrupted", "kwargs": {}})
+try:
+    _rank_entry(job, json.dumps(WorldSettings().__dict__), sys.argv[1])
+except KeyboardInterrupt:
+    print("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "default")
+"""
+
+
+def test_an_interrupted_rank_ignores_a_second_ctrl_c_while_it_exits(tmp_path: Path) -> None:
+    # Ctrl-C twice reaches every rank of the group: the second one, arriving while the rank
+    # exits, must find SIGINT ignored (a KeyboardInterrupt there prints a traceback).
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _ENTRY, str(tmp_path)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.strip() == "ignored", done.stdout + done.stderr[-2000:]
 
 
 def test_join_world_outside_any_launcher(monkeypatch: pytest.MonkeyPatch) -> None:

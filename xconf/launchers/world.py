@@ -131,6 +131,12 @@ def _rank_entry(job: str, settings_json: str, pid_dir: str) -> str | None:
     handler.initialize()
     try:
         return _run_rank(job, WorldSettings(**json.loads(settings_json)), pid_dir)
+    except KeyboardInterrupt:
+        # A terminal's Ctrl-C reaches every rank of the foreground group, and the agent ends
+        # the ranks itself. This rank stops here (torch's wrapper takes the interrupt quietly);
+        # a second Ctrl-C while it exits must not print a traceback from interpreter exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise
     except Exception as exc:
         # Writes the traceback to the error file the parent reads into ChildFailedError.
         handler.record_exception(exc)
