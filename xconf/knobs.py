@@ -53,6 +53,9 @@ class KnobSpec:
     # "contract": the drift contract's allowlist (v1 documents take exactly these);
     # "extended": accepted by Hydra experiments and v2 documents only.
     tier: Literal["contract", "extended"] = "contract"
+    # Engine readings (not knobs) that decide how this knob reads back; a value that differs
+    # from the one set is reported with them, so the reason says why.
+    evidence_readings: tuple[str, ...] = ()
 
 
 def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
@@ -95,6 +98,8 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "bool",
                 "rollout",
                 "engine prefix-cache policy",
+                # On only when the scored pass hit the cache (a prompt under one KV block: 0).
+                evidence_readings=("rollout.prefix_cache_hits",),
             ),
             KnobSpec(
                 "rollout.enforce_eager",

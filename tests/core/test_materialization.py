@@ -61,6 +61,18 @@ def test_readback_differing_is_a_fallback() -> None:
     assert "bfloat16" in a.evidence and "float32" in a.evidence
 
 
+def test_a_fallback_names_the_engine_readings_its_readback_rests_on() -> None:
+    # Prefix caching set but no cache hit in the scored pass (a prompt under one KV block):
+    # the reason carries the hits, not just "False was read back".
+    cached = replace(app("rollout.enable_prefix_caching", materialized=True), requested=True)
+    readback = {"rollout.enable_prefix_caching": False, "rollout.prefix_cache_hits": 0}
+    (a,) = apply_readback(side(cached), readback)
+    assert a.status == "fallback"
+    assert a.evidence == "engine runs False, True was set; rollout.prefix_cache_hits=0"
+    (plain,) = apply_readback(side(app()), {"rollout.dtype": "bfloat16"})
+    assert "prefix_cache_hits" not in plain.evidence
+
+
 @pytest.mark.parametrize("readback", [{}, {"rollout.dtype": None}])
 def test_readback_missing_is_unobservable(readback) -> None:
     (a,) = apply_readback(side(app()), readback)

@@ -106,10 +106,17 @@ def apply_readback(
                     knob,
                     actual=value,
                     status="fallback",
-                    evidence=f"engine runs {value!r}, {knob.materialized!r} was set",
+                    evidence=f"engine runs {value!r}, {knob.materialized!r} was set"
+                    + _readings(knob.path, readback),
                 )
             )
     return tuple(actual)
+
+
+def _readings(path: str, readback: Mapping[str, ReadbackValue]) -> str:
+    """The engine readings the knob's readback depends on, as ``; name=value`` (or empty)."""
+    names = KNOBS[path].evidence_readings
+    return "".join(f"; {name}={readback.get(name)!r}" for name in names)
 
 
 def strict_violations(
