@@ -3,8 +3,8 @@
 One pass scores the frozen samples one request at a time, so each forward call belongs to
 exactly one sample. transformers runs one forward per sample (``[1, T, H]``); vLLM runs a
 prefill forward and then one decode forward per forced token, so its rows are grouped by
-the positions the engine fed (a new sample starts at position 0) and checked against the
-frozen lengths. Only positions ``0 .. T-2`` are kept: those both sides compute in every
+the positions the engine fed (a new sample's positions start again from 0) and checked
+against the frozen lengths. Only positions ``0 .. T-2`` are kept: those both sides compute in every
 scoring mode (decode never feeds the last frozen token).
 """
 
@@ -167,15 +167,30 @@ class Recorder:
                 f"{len(self.positions)} model calls for {count} tap captures",
                 "localize.vllm",
             )
+        # Positions rise within a sample; the next sample's first forward goes back down.
         groups: list[list[int]] = []
+        last = None
         for f, pos in enumerate(self.positions):
-            if pos.numel() and int(pos[0]) == 0:
-                groups.append([])
-            if not groups:
+            if not pos.numel():
                 raise LocalizeError(
-                    "localize.capture_mismatch", "first forward is not at position 0", "localize"
+                    "localize.capture_mismatch", f"forward {f} fed no position", "localize.vllm"
                 )
+            if last is None or int(pos[0]) <= last:
+                groups.append([])
             groups[-1].append(f)
+            last = int(pos[-1])
+        for index, group in enumerate(groups):
+            start = int(self.positions[group[0]][0])
+            if start:
+                # A cached prefix is never recomputed: its activations do not exist to compare.
+                raise LocalizeError(
+                    "localize.prefix_cache_hit",
+                    f"vLLM served positions 0..{start - 1} of sample {index} from its prefix "
+                    "cache, so their activations were not computed; localize compares every "
+                    "position and cannot localize a prefix-caching case whose samples share "
+                    "a cached prefix",
+                    "rollout.enable_prefix_caching",
+                )
         if len(groups) != len(lengths):
             raise LocalizeError(
                 "localize.capture_mismatch",
