@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
 import time
@@ -71,8 +72,7 @@ def _entry(
         "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
     )
     try:
-        result = fn(rank, world, *args)
-        torch.save(result, Path(out) / f"rank{rank}.pt")
+        _save_result(fn(rank, world, *args), Path(out), rank)
     except BaseException:
         (Path(out) / f"rank{rank}.err").write_text(traceback.format_exc())
         raise
@@ -96,7 +96,47 @@ def run_world(
                 if process.is_alive():
                     process.terminate()
             raise TimeoutError(f"gloo world of {world} did not finish in {deadline_s} s")
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return [_load_result(out, r) for r in range(world)]
+
+
+# A rank's result goes back without pickle: its tensors in safetensors, the rest (dicts,
+# lists, tuples as lists, numbers, strings) in JSON naming each tensor by its key.
+def _save_result(result: Any, out: Path, rank: int) -> None:
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+
+    def encode(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = f"t{len(tensors)}"
+            tensors[key] = value.detach().contiguous().clone()
+            return {"__tensor__": key}
+        if isinstance(value, dict):
+            return {str(k): encode(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [encode(v) for v in value]
+        return value
+
+    document = encode(result)
+    save_file(tensors, str(out / f"rank{rank}.safetensors"))
+    (out / f"rank{rank}.json").write_text(json.dumps(document))
+
+
+def _load_result(out: Path, rank: int) -> Any:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(out / f"rank{rank}.safetensors"))
+
+    def decode(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {"__tensor__"}:
+                return tensors[value["__tensor__"]]
+            return {k: decode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        return value
+
+    return decode(json.loads((out / f"rank{rank}.json").read_text()))
 
 
 def inputs(real: int, padded: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -165,6 +205,15 @@ def score_all(rank: int, world: int, impl: str = "compiled") -> dict[str, Any]:
 
 def score_impls(rank: int, world: int, impls: tuple[str, ...]) -> dict[str, Any]:
     return {impl: score_all(rank, world, impl) for impl in impls}
+
+
+def score_by_all_gather(rank: int, world: int, impls: tuple[str, ...]) -> dict[str, Any]:
+    """``score_impls`` with the exchange other backends (NCCL) take: one all_gather_single
+    instead of gloo's all_to_all, so that branch is checked bit for bit on this machine."""
+    from xconf.ops.logprob import vocab_parallel
+
+    vocab_parallel._gathers_by_all_to_all = lambda group: False  # type: ignore[assignment]
+    return score_impls(rank, world, impls)
 
 
 def tp2_world(rank: int, world: int) -> dict[str, Any]:

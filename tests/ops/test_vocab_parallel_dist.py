@@ -64,3 +64,12 @@ def test_tp4_bitwise(tmp_path: Path, tp1: dict[str, Any]) -> None:
     results = run_world(4, score_impls, tmp_path, ("native", "compiled"))
     for impl in ("native", "compiled"):
         _check_world([r[impl] for r in results], tp1[impl], 4)
+
+
+@pytest.mark.slow
+def test_tp2_all_gather_exchange_gives_the_same_bits(tmp_path: Path, tp1: dict[str, Any]) -> None:
+    # The branch NCCL takes (all_gather_single), forced on gloo: the same bits as TP 1.
+    from _logprob_workers import score_by_all_gather
+
+    results = run_world(2, score_by_all_gather, tmp_path, ("native",))
+    _check_world([r["native"] for r in results], tp1["native"], 2)
