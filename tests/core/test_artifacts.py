@@ -93,7 +93,7 @@ def test_attempt_allocation_skips_taken_numbers(tmp_path) -> None:
 
 def test_attempt_allocation_survives_a_race(tmp_path, monkeypatch) -> None:
     real_mkdir = os.mkdir
-    calls = []
+    calls: list[str] = []  # the attempt ids the "other runner" took
 
     def racing_mkdir(path, *args, **kwargs):
         if not calls:  # another runner takes a-0001 between listing and mkdir

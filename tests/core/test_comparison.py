@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -165,7 +166,8 @@ def _other_tokens() -> torch.Tensor:
     return t
 
 
-IDENTITY_BREAKS = {
+# SideScore field -> the value that breaks that field's identity check.
+IDENTITY_BREAKS: dict[str, dict[str, Any]] = {
     "token_ids": {"scored_token_ids": _other_tokens()},
     "selected_ids": {"scored_selected_ids": SELECTED.flip(1)},
     "active_mask": {"scored_active_mask": ~ACTIVE},

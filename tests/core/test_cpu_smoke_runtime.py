@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from tests.core.runs import attempt_doc, only, run_doc
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime, _materialize
 from xconf.config.strict import parse_experiment
+from xconf.operator_catalog import Side
 from xconf.runner import frozen_inputs
 
 
@@ -31,7 +34,7 @@ from xconf.runner import frozen_inputs
     ],
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:
-    side = "training" if path.startswith("training") else "rollout"
+    side: Side = "training" if path.startswith("training") else "rollout"
     record = _materialize(path, side, value)
     assert (record.status, record.materialized, record.requested) == (status, materialized, value)
     assert record.evidence
@@ -49,7 +52,7 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
     assert "novel_knob" in record.evidence
 
 
-UNSUPPORTED = {
+UNSUPPORTED: dict[str, list[Any]] = {
     "rollout__tensor_parallel_size": [2],
     "rollout__context_parallel_size": [2],
     "training__sharding": ["fsdp"],
@@ -116,7 +119,7 @@ def test_readback_fallback_is_refused_under_strict_execution(s0_doc, tmp_path, m
     summary = run_doc(only(s0_doc), tmp_path / "strict")
     (record,) = summary.records
     assert record.result == "error"
-    assert "fell back" in record.reason
+    assert record.reason is not None and "fell back" in record.reason
     actual = attempt_doc(summary, "baseline", "actual.json")
     eager = next(k for k in actual["sides"]["rollout"] if k["path"] == "rollout.enforce_eager")
     assert (eager["status"], eager["requested"], eager["actual"]) == ("fallback", True, False)
@@ -137,6 +140,7 @@ def test_unobservable_critical_knob_is_refused(s0_doc, tmp_path, monkeypatch) ->
     monkeypatch.setattr(engines.TrainingEngine, "readback", partial)
     (record,) = run_doc(only(s0_doc), tmp_path).records
     assert record.result == "error"
+    assert record.reason is not None
     assert "training:training.attention_backend" in record.reason
     assert "cannot observe" in record.reason
 

@@ -70,7 +70,8 @@ def test_bindings_carry_the_descriptor_fingerprint(s0_doc) -> None:
     for case in execution(s0_doc, cat=cat).cases:
         for side in ("rollout", "training"):
             b = case.operator(side)
-            assert b.descriptor_fingerprint == cat.get(SELECTED_LOGPROB, b.backend_id).fingerprint()
+            d = cat.get(SELECTED_LOGPROB, b.backend_id)
+            assert d is not None and b.descriptor_fingerprint == d.fingerprint()
     digests = {c.binding_digest() for c in execution(s0_doc, cat=cat).cases}
     assert len(digests) == 4  # native, reference, smoke reference, smoke offset
 

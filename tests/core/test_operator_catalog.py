@@ -40,6 +40,20 @@ def descriptor(backend_id: str = "test.op", **changes) -> OperatorDescriptor:
     return replace(base, **changes)
 
 
+def registered(catalog: SemanticOperatorCatalog, backend_id: str) -> OperatorDescriptor:
+    """``catalog``'s descriptor for ``backend_id``; fails the test when it is not registered."""
+    d = catalog.get(SELECTED_LOGPROB, backend_id)
+    assert d is not None, f"{backend_id} is not registered"
+    return d
+
+
+def declared(d: OperatorDescriptor, platform: str) -> BackendCapability:
+    """``d``'s capability on ``platform``; fails the test when it declares none there."""
+    c = d.capability(platform)
+    assert c is not None, f"{d.backend_id} declares no capability on {platform}"
+    return c
+
+
 def binding_for(d: OperatorDescriptor, side="training", options=()) -> OperatorBinding:
     return OperatorBinding(
         SELECTED_LOGPROB, side, d.backend_id, options, d.fingerprint(), d.is_smoke_only, False
@@ -66,7 +80,7 @@ def test_duplicate_registration_is_refused() -> None:
     with pytest.raises(OperatorResolutionError) as info:
         catalog.register(descriptor(version="2"))
     assert info.value.code == "operator.duplicate_registration"
-    assert catalog.get(SELECTED_LOGPROB, "test.op").version == "1"
+    assert registered(catalog, "test.op").version == "1"
 
 
 def test_duplicate_registration_by_alias_is_refused() -> None:
@@ -78,7 +92,7 @@ def test_duplicate_registration_by_alias_is_refused() -> None:
 def test_replace_swaps_the_descriptor() -> None:
     catalog = SemanticOperatorCatalog([descriptor()])
     catalog.register(descriptor(version="2"), replace=True)
-    assert catalog.get(SELECTED_LOGPROB, "test.op").version == "2"
+    assert registered(catalog, "test.op").version == "2"
     assert catalog.backend_ids(SELECTED_LOGPROB) == ("test.op",)
 
 
@@ -183,7 +197,7 @@ def test_capabilities_are_declared_once_per_platform() -> None:
         assert info.value.code == "operator.capability.declaration"
     d = descriptor(capabilities=(cap(), cap("cuda", dtypes={"bfloat16"})))
     assert d.devices == frozenset({"cpu", "cuda"})
-    assert d.capability("cuda").dtypes == frozenset({"bfloat16"})
+    assert declared(d, "cuda").dtypes == frozenset({"bfloat16"})
     assert d.capability("rocm") is None
     # Declarations do not define behaviour: stored attempts stay reusable across them.
     assert d.fingerprint() == descriptor().fingerprint()
@@ -191,12 +205,10 @@ def test_capabilities_are_declared_once_per_platform() -> None:
 
 def test_reference_backend_is_declared_once_and_truthfully() -> None:
     # One declaration: the reference runs on cpu and cuda, over one whole unpadded row.
-    reference = SemanticOperatorCatalog.from_entry_points().get(
-        SELECTED_LOGPROB, "xconf.reference_logp"
-    )
+    reference = registered(SemanticOperatorCatalog.from_entry_points(), "xconf.reference_logp")
     assert reference.devices == frozenset({"cpu", "cuda"})
     for platform in ("cpu", "cuda"):
-        c = reference.capability(platform)
+        c = declared(reference, platform)
         assert c.tier == "reference" and c.tp_sizes == c.cp_sizes == frozenset({1})
         assert not c.supports_padding
 
@@ -236,7 +248,7 @@ def _catalog(*extra: OperatorDescriptor) -> SemanticOperatorCatalog:
 
 def test_session_caches_within_a_case_and_records_provenance() -> None:
     catalog = _catalog()
-    d = catalog.get(SELECTED_LOGPROB, "xconf.reference_logp")
+    d = registered(catalog, "xconf.reference_logp")
     session = OperatorSession(catalog, ResolutionPolicy())
     first = session.instantiate(binding_for(d))
     assert session.instantiate(binding_for(d)) is first
@@ -247,7 +259,7 @@ def test_session_caches_within_a_case_and_records_provenance() -> None:
 
 def test_sessions_do_not_share_instances_or_provenance() -> None:
     catalog = _catalog()
-    d = catalog.get(SELECTED_LOGPROB, "xconf.reference_logp")
+    d = registered(catalog, "xconf.reference_logp")
     one = OperatorSession(catalog, ResolutionPolicy())
     two = OperatorSession(catalog, ResolutionPolicy())
     assert one.instantiate(binding_for(d)) is not two.instantiate(binding_for(d))
@@ -257,7 +269,7 @@ def test_sessions_do_not_share_instances_or_provenance() -> None:
 
 def test_failed_resolution_does_not_leak_into_the_next_session() -> None:
     catalog = _catalog(descriptor("test.broken", factory="xconf.no_such_module:Op"))
-    broken = catalog.get(SELECTED_LOGPROB, "test.broken")
+    broken = registered(catalog, "test.broken")
     session = OperatorSession(catalog, ResolutionPolicy())
     with pytest.raises(OperatorResolutionError) as info:
         session.instantiate(binding_for(broken))
@@ -265,14 +277,14 @@ def test_failed_resolution_does_not_leak_into_the_next_session() -> None:
     assert "xconf.no_such_module" in info.value.message
     assert session.provenance() == ()
     fresh = OperatorSession(catalog, ResolutionPolicy())
-    ref = catalog.get(SELECTED_LOGPROB, "xconf.reference_logp")
+    ref = registered(catalog, "xconf.reference_logp")
     assert fresh.instantiate(binding_for(ref)) is not None
     assert [p["backend_id"] for p in fresh.provenance()] == ["xconf.reference_logp"]
 
 
 def test_runtime_native_backend_has_no_instance() -> None:
     catalog = _catalog()
-    native = catalog.get(SELECTED_LOGPROB, "native")
+    native = registered(catalog, "native")
     b = OperatorBinding(
         SELECTED_LOGPROB, "rollout", "native", (), native.fingerprint(), False, True
     )
@@ -281,7 +293,7 @@ def test_runtime_native_backend_has_no_instance() -> None:
 
 def test_stale_binding_is_detected() -> None:
     catalog = _catalog(descriptor())
-    binding = binding_for(catalog.get(SELECTED_LOGPROB, "test.op"))
+    binding = binding_for(registered(catalog, "test.op"))
     catalog.register(descriptor(version="2"), replace=True)
     with pytest.raises(OperatorResolutionError) as info:
         OperatorSession(catalog, ResolutionPolicy()).instantiate(binding)
@@ -297,7 +309,7 @@ def test_vanished_backend_is_a_stale_binding() -> None:
 
 def test_session_refuses_unauthorized_smoke() -> None:
     catalog = _catalog()
-    smoke = catalog.get(SELECTED_LOGPROB, "smoke_only.logp_reference")
+    smoke = registered(catalog, "smoke_only.logp_reference")
     with pytest.raises(OperatorResolutionError) as info:
         OperatorSession(catalog, ResolutionPolicy()).instantiate(binding_for(smoke))
     assert info.value.code == "operator.smoke_not_authorized"
@@ -305,7 +317,7 @@ def test_session_refuses_unauthorized_smoke() -> None:
 
 def test_offset_operator_shifts_only_the_training_side() -> None:
     catalog = _catalog()
-    offset = catalog.get(SELECTED_LOGPROB, "smoke_only.logp_offset")
+    offset = registered(catalog, "smoke_only.logp_offset")
     session = OperatorSession(catalog, ResolutionPolicy(allow_smoke_operators=True))
     logits = torch.randn(3, 11, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([1, 2, 3])

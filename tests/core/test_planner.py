@@ -12,6 +12,7 @@ from xconf import planner
 from xconf.config.strict import parse_experiment
 from xconf.contract.loader import load_contract, parse_contract
 from xconf.errors import PlanError
+from xconf.knobs import KnobValue
 from xconf.planner import MAX_CASES, plan_experiment
 
 
@@ -313,8 +314,8 @@ def test_the_cap_is_not_configurable(s0_doc) -> None:
 
 
 def test_expansion_is_lazy() -> None:
-    baseline = {"batch.size": 2}
-    declared = {"batch.size": list(range(10))}
+    baseline: dict[str, KnobValue] = {"batch.size": 2}
+    declared: dict[str, list[KnobValue]] = {"batch.size": list(range(10))}
     first = list(islice(planner._expand(baseline, declared, []), 2))
     assert first[0] == ("baseline", ())
 

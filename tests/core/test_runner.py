@@ -67,6 +67,7 @@ def test_offset_fails_and_references_pass(s0_doc, tmp_path) -> None:
     }
     offset = next(r for r in summary.records if r.result == "fail")
     assert offset.mismatches == offset.active_tokens == 40
+    assert offset.max_abs_diff is not None
     assert abs(offset.max_abs_diff - 0.25) < 1e-4  # offset plus the path's own drift
 
 
@@ -74,7 +75,7 @@ def test_non_finite_active_scores_are_invalid_artifact(s0_doc, tmp_path, monkeyp
     _with_nan_operator(monkeypatch)
     (_, record) = run_doc(only(s0_doc, logp__backend=["test.nan_logp"]), tmp_path).records
     assert record.result == "invalid_artifact"
-    assert "non-finite" in record.reason
+    assert record.reason is not None and "non-finite" in record.reason
 
 
 def test_zero_active_tokens_through_the_runner(s0_doc, tmp_path) -> None:
@@ -101,6 +102,7 @@ def test_state_change_is_invalid_identity(s0_doc, tmp_path, monkeypatch) -> None
     monkeypatch.setattr(engines.TrainingEngine, "_logits", mutating)
     (record,) = run_doc(only(s0_doc), tmp_path).records
     assert record.result == "invalid_identity"
+    assert record.reason is not None
     assert "changed its parameters or buffers" in record.reason
 
 
@@ -172,6 +174,7 @@ def test_catalog_changed_after_planning_is_a_stale_binding(s0_doc, tmp_path) -> 
         parse_experiment(doc), output_root=tmp_path, allow_smoke_operators=False, device="cpu"
     )
     ref = prepared.catalog.get(OP, "xconf.reference_logp")
+    assert ref is not None
     from dataclasses import replace
 
     prepared.catalog.register(replace(ref, version="2"), replace=True)
