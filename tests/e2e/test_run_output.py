@@ -111,11 +111,12 @@ def test_verbose_is_a_run_option_on_both_front_ends(xconf_cli, tmp_path, monkeyp
     assert code == 1 and "(new)" in stdout  # the offset case fails by design
     assert not (out / "cpu-smoke-json" / "xconf.log").exists()
     # xconf-run: an application key, never part of the experiment document.
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from xconf.config.hydra_document import experiment_document
 
     cfg = OmegaConf.load(REPO / "conf" / "config.yaml")
+    assert isinstance(cfg, DictConfig)
     assert cfg.verbose is False
     cfg.merge_with({"verbose": True, "experiment_id": "x"})
     assert "verbose" not in experiment_document(cfg)

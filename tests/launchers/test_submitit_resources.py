@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from tests.conftest import S3_JSON
 from xconf.config.strict import load_experiment_file
@@ -16,7 +18,7 @@ from xconf.planner import plan_experiment
 
 
 def test_groups_keep_sweep_order_and_split_cores() -> None:
-    configs = [
+    configs: list[DictConfig | Mapping[str, Any]] = [
         {"rollout": {"dtype": "float32"}},
         {"rollout": {"tensor_parallel_size": 2}},
         {"training": {"sharding": "fsdp"}},
@@ -108,7 +110,9 @@ def test_s3_on_two_nodes_of_eight_gpus_plans_two_nodes_of_eight_tasks(tmp_path: 
     # What sbatch would get, through submitit's own executor (no cluster needed to render it).
     executor = submitit.AutoExecutor(folder=str(tmp_path), cluster="slurm")
     executor.update_parameters(timeout_min=5, **big.resources())
-    script = executor._executor._make_submission_file_text("python -c pass", "uid")
+    slurm = executor._executor
+    assert isinstance(slurm, submitit.SlurmExecutor)
+    script = slurm._make_submission_file_text("python -c pass", "uid")
     for line in (
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=8",

@@ -49,6 +49,10 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
 def _symlink(path: Path) -> None:
     twin = path.parent.parent / f"twin-of-{path.parent.name}-{path.name}"
     shutil.copyfile(path, twin)  # identical bytes: only the link itself is wrong
@@ -64,7 +68,7 @@ def _directory(path: Path) -> None:
 MUTATIONS: dict[str, Callable[[Path], None]] = {
     "flip": _flip,
     "truncate": _truncate,
-    "empty": lambda p: p.write_bytes(b""),
+    "empty": _empty,
     "delete": lambda p: p.unlink(),
     "symlink": _symlink,
     "directory": _directory,
@@ -207,6 +211,11 @@ def _edit_json(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps(doc))
 
 
+def _flip_verdict(attempt: Path) -> str:
+    _edit_json(attempt / "comparison.json", result="fail")
+    return "fail"
+
+
 def _bump(t: torch.Tensor) -> torch.Tensor:
     t = t.clone()
     t[0, 7] += 1.0  # an active token (positions 5-14 are active in the S0 identity)
@@ -214,7 +223,7 @@ def _bump(t: torch.Tensor) -> torch.Tensor:
 
 
 FORGERIES: dict[str, Callable[[Path], str | None]] = {
-    "verdict flipped": lambda a: _edit_json(a / "comparison.json", result="fail") or "fail",
+    "verdict flipped": _flip_verdict,
     "mismatch count": lambda a: _edit_json(a / "comparison.json", mismatches=3),
     "threshold widened": lambda a: _edit_tensors(
         a / "token_diffs.safetensors", "threshold", lambda t: t * 0 + 1.0

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from tests.core.runs import attempt_doc, only, run_doc
 from tests.truth import liars
 from xconf.report.build import build_report
 
-S0_INTERVENTIONS = {
+S0_INTERVENTIONS: dict[str, list[Any]] = {
     "batch__size": [1],
     "rollout__enable_prefix_caching": [True],
     "rollout__enforce_eager": [False],

@@ -70,9 +70,9 @@ def test_whole_plan_forward_and_reversed_score_bitwise_alike(both_orders: Any) -
             assert a.reason == b.reason, (a, b)
             continue
         for name in ("score_rollout.safetensors", "score_training.safetensors"):
-            first = read_tensors(_attempt(forward, a) / name)["logprobs"]
-            second = read_tensors(_attempt(backward, b) / name)["logprobs"]
-            same = first.numpy().tobytes() == second.numpy().tobytes()
+            fwd = read_tensors(_attempt(forward, a) / name)["logprobs"]
+            bwd = read_tensors(_attempt(backward, b) / name)["logprobs"]
+            same = fwd.numpy().tobytes() == bwd.numpy().tobytes()
             assert same, (a.label, name)
 
 

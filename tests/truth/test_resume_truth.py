@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from xconf.errors import ArtifactError
 from xconf.report.build import build_report
 from xconf.verify import verify_run
 
-OFFSET = {"logp__backend": ["smoke_only.logp_offset"], "batch__size": [1]}
+OFFSET: dict[str, list[Any]] = {"logp__backend": ["smoke_only.logp_offset"], "batch__size": [1]}
 
 
 def _doc(s0_doc):
