@@ -81,9 +81,11 @@ def _score_on_rank(rank: int, model_cache: str) -> dict[str, Any]:
     engine = runtime.build_engine(binding.training, tp4)
     score = engine.score(frozen_inputs(identity), identity, 2, None)
     back = dict(engine.readback())
+    # The timing wrapper's engine underneath (OnSideRanks): ``.engine`` is None off the side.
+    inner: Any = getattr(engine, "wrapped", engine)
     result: dict[str, Any] = {
         "contexts": contexts,
-        "built_model": getattr(engine, "wrapped", engine).engine is not None,
+        "built_model": inner.engine is not None,
         "readback": {k: back.get(k) for k in ("training.world_size", "training.sharding")},
     }
     if rank == 0:  # the FSDP sub-group's scores equal one unsharded model's, bitwise

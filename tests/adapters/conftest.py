@@ -90,7 +90,7 @@ def vllm_results(model_record: Any) -> dict[Any, Any]:
 
 
 @pytest.fixture(scope="session")
-def frozen_batch(vllm_results: dict[str, Any]) -> Any:
+def frozen_batch(vllm_results: dict[Any, Any]) -> Any:
     return vllm_results["batch"]
 
 

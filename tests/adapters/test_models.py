@@ -9,6 +9,7 @@ import pytest
 
 from tests.adapters.conftest import needs_hf
 from xconf.adapters.models import ModelSpec, ensure_model
+from xconf.adapters.models.factory import Arch
 
 pytestmark = needs_hf
 
@@ -67,7 +68,7 @@ def test_logits_are_far_from_uniform(model_record) -> None:
 
 
 @pytest.mark.parametrize("arch", ["llama"])
-def test_llama_variant_loads_in_transformers(tmp_path: Path, arch: str) -> None:
+def test_llama_variant_loads_in_transformers(tmp_path: Path, arch: Arch) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 

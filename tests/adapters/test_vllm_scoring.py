@@ -27,14 +27,14 @@ def hf_fp32(model_record: Any, frozen_batch: FrozenBatch) -> torch.Tensor:
     return scorer.score(frozen_batch, 4).logprobs
 
 
-def test_baseline_rollout_is_seeded_and_frozen(vllm_results: dict[str, Any]) -> None:
+def test_baseline_rollout_is_seeded_and_frozen(vllm_results: dict[Any, Any]) -> None:
     batch = vllm_results["batch"]
     assert vllm_results["batch_again"] == batch
     assert len(batch.samples) == 4
     assert all(len(s.response_ids) == 12 for s in batch.samples)
 
 
-def test_decode_and_prefill_agree_in_float32(vllm_results: dict[str, Any], frozen_batch) -> None:
+def test_decode_and_prefill_agree_in_float32(vllm_results: dict[Any, Any], frozen_batch) -> None:
     active = _active(frozen_batch)
     decode = vllm_results[("float32", "decode", 4)]
     for key in (("float32", "decode", 1), ("float32", "prefill", 1), ("float32", "prefill", 4)):
@@ -65,7 +65,7 @@ def test_injected_operator_on_raw_logits_matches_native(vllm_results, frozen_bat
     assert float(diff[active].max()) <= FP32_THRESHOLD
 
 
-def test_readback_reports_the_live_engine(vllm_results: dict[str, Any]) -> None:
+def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
     fp32, bf16 = vllm_results["readback_fp32"], vllm_results["readback_bf16"]
     assert fp32["rollout.dtype"] == "float32" and bf16["rollout.dtype"] == "bfloat16"
     assert fp32["rollout.enable_prefix_caching"] is False

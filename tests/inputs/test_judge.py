@@ -17,10 +17,10 @@ DELTA = torch.tensor([[0.0, 2e-3, -1e-6, 0.0], [0.0, 0.0, 3e-2, 0.0]])
 MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.int64)
 
 
-def _verl(tmp_path: Path, name: str = "step.safetensors", **extra: torch.Tensor) -> Path:
+def _verl(tmp_path: Path, **extra: torch.Tensor) -> Path:
     tensors = {"rollout_log_probs": R, "old_log_probs": R + DELTA, "response_mask": MASK}
     tensors.update(extra)
-    path = tmp_path / name
+    path = tmp_path / "step.safetensors"
     save_file(tensors, str(path))
     return path
 

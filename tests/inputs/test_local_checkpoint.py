@@ -41,7 +41,12 @@ def test_digest_is_cached_by_stat_and_follows_content(
     assert first.tokenizer_id.startswith("xconf-bpe.v1-v512-")  # the factory's own id
     hashed: list[str] = []
     real = local.sha256_file
-    monkeypatch.setattr(local, "sha256_file", lambda p: hashed.append(p.name) or real(p))
+
+    def recording_sha256(p: Path) -> str:
+        hashed.append(p.name)
+        return real(p)
+
+    monkeypatch.setattr(local, "sha256_file", recording_sha256)
     again = open_checkpoint(ckpt, cache_dir=cache)
     assert again == first
     assert "model.safetensors" not in hashed  # stat unchanged: the weights are not re-read

@@ -37,14 +37,13 @@ def _spec(experiment: str, runtime: str, overrides: list[str]) -> Any:
 
 
 def _run(experiment: str, runtime: str, overrides: list[str], out: Path, knob: Intervention):
-    from omegaconf import OmegaConf
-
     from xconf.runtime.loading import instantiate_runtime
     from xconf.session import prepare, run_prepared
 
     spec, cfg = _spec(experiment, runtime, overrides)
     spec = replace(spec, interventions=(knob,))
-    adapter = instantiate_runtime(OmegaConf.to_container(cfg.runtime, resolve=True))
+    # instantiate_runtime resolves a DictConfig itself (OmegaConf.to_container, resolve=True).
+    adapter = instantiate_runtime(cfg.runtime)
     prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
     return run_prepared(prepared, adapter, resume=True), adapter
 
