@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import io
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -30,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from xconf.artifacts.safe_io import append_stream
 
 RUN_LOG = "xconf.log"  # beside experiment.json; appended by every run and sweep job
 
@@ -102,7 +103,5 @@ def _append_log(path: Path, captured: Any, stamp: str) -> None:
     """Append what was caught (if anything) under a header naming the process and time."""
     if captured.seek(0, os.SEEK_END) == 0:
         return
-    captured.seek(0)
-    with path.open("ab") as log:
-        log.write(f"== xconf: third-party output, pid {os.getpid()}, {stamp} ==\n".encode())
-        shutil.copyfileobj(captured, log)
+    header = f"== xconf: third-party output, pid {os.getpid()}, {stamp} ==\n".encode()
+    append_stream(path.parent, path.name, header, captured)

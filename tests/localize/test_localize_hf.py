@@ -82,6 +82,34 @@ def test_clean_case_has_no_divergence_via_cli(clean_run, xconf_cli) -> None:
     assert all(r["case_relative"] == 0.0 for r in doc["taps"])
 
 
+def test_engine_output_goes_to_the_run_log_unless_verbose(clean_run) -> None:
+    """As in a run, transformers' own output (its weight-loading bars) lands in the run's
+    xconf.log; the terminal shows xconf's table and line; `--verbose` shows both."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    log = run_dir(clean_run) / "xconf.log"
+    before = log.read_text() if log.exists() else ""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "xconf.cli.main", "localize"]
+    argv += [str(run_dir(clean_run)), case_of(clean_run)]
+    quiet = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert quiet.stdout.strip().splitlines()[-1].startswith("first divergence: none")
+    assert "Loading weights" not in quiet.stdout + quiet.stderr
+    grown = log.read_text()[len(before) :]
+    assert grown.startswith("== xconf: third-party output") and "Loading weights" in grown
+    loud = subprocess.run(
+        [*argv, "--verbose"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert loud.returncode == 0, loud.stderr[-2000:]
+    assert "Loading weights" in loud.stdout + loud.stderr
+    assert log.read_text() == before + grown  # verbose writes no log
+
+
 def test_report_draws_the_drift_chart(planted_run) -> None:
     from xconf.report.build import build_report
     from xconf.report.html import render_html

@@ -172,3 +172,25 @@ def test_unsafe_ids_never_reach_the_filesystem(tmp_path: Path, bad: str) -> None
     with pytest.raises(ArtifactError):
         store.case_dir(bad)
     assert not any(tmp_path.rglob("escape")) and not (tmp_path.parent / "escape").exists()
+
+
+def test_the_run_log_is_never_appended_through_a_symlink(tmp_path: Path) -> None:
+    """``xconf.log`` grows by appends (every run that had third-party output): a symlink
+    planted there is replaced by the log itself; the file it pointed at is never touched."""
+    import io
+
+    from xconf.run_output import RUN_LOG, _append_log
+
+    run = tmp_path / "run"
+    run.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious\n")
+    (run / RUN_LOG).symlink_to(outside)
+    _append_log(run / RUN_LOG, io.BytesIO(b"engine line 1\n"), "T1")
+    _append_log(run / RUN_LOG, io.BytesIO(b"engine line 2\n"), "T2")
+    assert outside.read_bytes() == b"precious\n"
+    log = run / RUN_LOG
+    assert not log.is_symlink()
+    text = log.read_text()
+    assert text.count("== xconf: third-party output") == 2
+    assert "engine line 1" in text and text.index("engine line 1") < text.index("engine line 2")

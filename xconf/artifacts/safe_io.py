@@ -14,9 +14,11 @@ import errno
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from xconf.artifacts.layout import attempt_name, attempt_number, sha256_file
 from xconf.errors import ArtifactError
@@ -233,6 +235,34 @@ def append_line(directory: Dir | Path, name: str, line: bytes) -> None:
     finally:
         if close_target:
             target.close()
+
+
+def append_stream(directory: Path, name: str, header: bytes, source: BinaryIO) -> None:
+    """Append ``header`` and then ``source`` (read from its start) to ``directory/name``.
+
+    For logs that grow (the run's ``xconf.log``). The directory is opened once and the file
+    relative to it with ``O_NOFOLLOW``: a symlink planted at ``name`` is replaced by a real
+    file, never written through.
+    """
+    target = open_root(directory, create=False, follow=True)
+    path = target.path / name
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
+    try:
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=target.fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            os.unlink(name, dir_fd=target.fd)
+            fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=target.fd)
+        with os.fdopen(fd, "ab") as log:
+            log.write(header)
+            source.seek(0)
+            shutil.copyfileobj(source, log)
+    except OSError as exc:
+        raise io_error(exc, path) from None
+    finally:
+        target.close()
 
 
 def allocate_attempt_dir(case_dir: Dir | Path) -> tuple[str, Dir]:

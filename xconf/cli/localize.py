@@ -31,6 +31,11 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="runtime config (conf/runtime/NAME.yaml); default: the one the run used",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the engines' own output here instead of appending it to the run's xconf.log",
+    )
 
 
 def drift_table(document: dict[str, Any]) -> Table:
@@ -64,7 +69,10 @@ def show(result: Localization, console: Console) -> None:
 def step(args: argparse.Namespace, view: Any) -> Outcome:
     """`xconf localize`: one session step (coded errors become exit 2 in ``session.guarded``)."""
     from xconf.localize.service import localize_case
+    from xconf.run_output import OutputPolicy
     from xconf.session import EXIT_OK, Outcome
 
-    show(localize_case(args.run_dir, args.case_id, runtime=args.runtime), view.console)
+    output = OutputPolicy(verbose=args.verbose, console=view.console)
+    result = localize_case(args.run_dir, args.case_id, runtime=args.runtime, output=output)
+    show(result, view.console)
     return Outcome(EXIT_OK)

@@ -4,8 +4,8 @@ One pass scores the frozen samples one request at a time, so each forward call b
 exactly one sample. transformers runs one forward per sample (``[1, T, H]``); vLLM runs a
 prefill forward and then one decode forward per forced token, so its rows are grouped by
 the positions the engine fed (a new sample's positions start again from 0) and checked
-against the frozen lengths. Only positions ``0 .. T-2`` are kept: those both sides compute in every
-scoring mode (decode never feeds the last frozen token).
+against the frozen lengths. Only positions ``0 .. T-2`` are kept: those both sides compute
+in every scoring mode (decode never feeds the last frozen token).
 """
 
 from __future__ import annotations

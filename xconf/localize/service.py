@@ -33,6 +33,7 @@ from xconf.localize.replay import (
     runtime_for,
     score_side,
 )
+from xconf.run_output import OutputPolicy, third_party_output
 
 FLOOR_DEFINITION = (
     "per tap, the largest of: the baseline case's rollout side against its training side, "
@@ -70,39 +71,49 @@ def _tap_row(result: TapResult, names: Any, flavours: dict[str, Any]) -> dict[st
 
 
 def localize_case(
-    run_dir: str | Path, case_id: str, *, adapter: Any = None, runtime: str | None = None
+    run_dir: str | Path,
+    case_id: str,
+    *,
+    adapter: Any = None,
+    runtime: str | None = None,
+    output: OutputPolicy | None = None,
 ) -> Localization:
     """Localize ``case_id`` of ``run_dir`` with ``adapter``; without one, a fresh runtime of
-    config ``runtime`` (``conf/runtime/NAME.yaml``), by default the one the run used."""
+    config ``runtime`` (``conf/runtime/NAME.yaml``), by default the one the run used.
+
+    ``output``: the engines' own output goes to the run's ``xconf.log`` as in a run (the
+    run directory is known to be one by then); None leaves it where it is (``--localize``
+    after a run, which captures it already)."""
     started = time.perf_counter()
     inputs = load_inputs(Path(run_dir), case_id)
     check_replayable(inputs.case)
-    if adapter is None:
-        adapter = runtime_for(runtime if runtime is not None else inputs.runtime_kind)
-    identity = refreeze(adapter, inputs.identity)
-    names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
-    layers = num_layers(adapter)
-    tap_list = taps(layers)
-    base, case = inputs.baseline, inputs.case
-    rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
-    rollout_case = (
-        rollout_base
-        if case.case_id == base.case_id
-        else score_side(adapter, case, "rollout", identity, names, tap_list, 1)
-    )
-    training_base = score_side(adapter, base, "training", identity, names, tap_list, 2)
-    training_case = (
-        training_base
-        if case.case_id == base.case_id
-        else score_side(adapter, case, "training", identity, names, tap_list, 1)
-    )
-    results = analyse(
-        tap_list,
-        (rollout_base.passes[0], rollout_base.passes[1]),
-        (training_base.passes[0], training_base.passes[1]),
-        rollout_case.passes[0],
-        training_case.passes[0],
-    )
+    with third_party_output(inputs.store.path, output):
+        if adapter is None:
+            adapter = runtime_for(runtime if runtime is not None else inputs.runtime_kind)
+        identity = refreeze(adapter, inputs.identity)
+        names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
+        layers = num_layers(adapter)
+        tap_list = taps(layers)
+        base, case = inputs.baseline, inputs.case
+        rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
+        rollout_case = (
+            rollout_base
+            if case.case_id == base.case_id
+            else score_side(adapter, case, "rollout", identity, names, tap_list, 1)
+        )
+        training_base = score_side(adapter, base, "training", identity, names, tap_list, 2)
+        training_case = (
+            training_base
+            if case.case_id == base.case_id
+            else score_side(adapter, case, "training", identity, names, tap_list, 1)
+        )
+        results = analyse(
+            tap_list,
+            (rollout_base.passes[0], rollout_base.passes[1]),
+            (training_base.passes[0], training_base.passes[1]),
+            rollout_case.passes[0],
+            training_case.passes[0],
+        )
     flavours = {"rollout": rollout_case.flavour, "training": training_case.flavour}
     first = first_divergence(results)
     line = verdict_line(first)
