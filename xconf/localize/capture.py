@@ -179,8 +179,15 @@ class Recorder:
                 groups.append([])
             groups[-1].append(f)
             last = int(pos[-1])
-        for index, group in enumerate(groups):
-            start = int(self.positions[group[0]][0])
+        if len(groups) != len(lengths):
+            raise LocalizeError(
+                "localize.capture_mismatch",
+                f"vllm forwards form {len(groups)} samples, the identity has {len(lengths)}",
+                "localize.vllm",
+            )
+        for index, (group, n) in enumerate(zip(groups, lengths, strict=True)):
+            seen = torch.cat([self.positions[f] for f in group])
+            start = int(seen[0])
             if start:
                 # A cached prefix is never recomputed: its activations do not exist to compare.
                 raise LocalizeError(
@@ -191,19 +198,11 @@ class Recorder:
                     "a cached prefix",
                     "rollout.enable_prefix_caching",
                 )
-        if len(groups) != len(lengths):
-            raise LocalizeError(
-                "localize.capture_mismatch",
-                f"vllm forwards form {len(groups)} samples, the identity has {len(lengths)}",
-                "localize.vllm",
-            )
-        for group, n in zip(groups, lengths, strict=True):
-            seen = torch.cat([self.positions[f] for f in group])
             if seen.numel() not in (n - 1, n) or not torch.equal(seen, torch.arange(seen.numel())):
                 raise LocalizeError(
                     "localize.capture_mismatch",
                     f"vllm fed positions {seen.tolist()} for a sample of {n} tokens "
-                    "(one request at a time, no prefix-cache hit expected)",
+                    "(one request at a time)",
                     "localize.vllm",
                 )
         return groups
