@@ -207,17 +207,26 @@ def write_file(path: Path, data: bytes) -> None:
         directory.close()
 
 
+def _open_append(target: Dir, name: str, *, readable: bool, replace_link: bool) -> int:
+    """``name`` in ``target`` opened for appending (created if missing), never through a
+    link: a symlink there is an error, or with ``replace_link`` is replaced by a real file."""
+    access = os.O_RDWR if readable else os.O_WRONLY
+    flags = access | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
+    try:
+        return os.open(name, flags, 0o644, dir_fd=target.fd)
+    except OSError as exc:
+        if not replace_link or exc.errno != errno.ELOOP:
+            raise
+    os.unlink(name, dir_fd=target.fd)
+    return os.open(name, flags | os.O_EXCL, 0o644, dir_fd=target.fd)
+
+
 def append_line(directory: Dir | Path, name: str, line: bytes) -> None:
     """Append one line to ``directory/name`` (durably); a torn earlier line is ended first."""
     target, close_target = _as_dir(directory)
     path = target.path / name
     try:
-        fd = os.open(
-            name,
-            os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC,
-            0o644,
-            dir_fd=target.fd,
-        )
+        fd = _open_append(target, name, readable=True, replace_link=False)
         try:
             size = os.fstat(fd).st_size
             if size:
@@ -246,15 +255,8 @@ def append_stream(directory: Path, name: str, header: bytes, source: BinaryIO) -
     """
     target = open_root(directory, create=False, follow=True)
     path = target.path / name
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
     try:
-        try:
-            fd = os.open(name, flags, 0o644, dir_fd=target.fd)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            os.unlink(name, dir_fd=target.fd)
-            fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=target.fd)
+        fd = _open_append(target, name, readable=False, replace_link=True)
         with os.fdopen(fd, "ab") as log:
             log.write(header)
             source.seek(0)
