@@ -107,6 +107,7 @@ def test_watchdog_kills_hung_world(tmp_path: Path) -> None:
 # One rank's entry, run as torch elastic runs it, in a fresh interpreter of its own.
 _ENTRY = """
 import json, os, signal, socket, sys
+from dataclasses import asdict
 from xconf.launchers.world import WorldSettings, _rank_entry
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -115,7 +116,7 @@ os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0
                   MASTER_PORT=str(port))
 job = json.dumps({"target": "tests.launchers.test_launch_world:_interrupted", "kwargs": {}})
 try:
-    _rank_entry(job, json.dumps(WorldSettings().__dict__), sys.argv[1])
+    _rank_entry(job, json.dumps(asdict(WorldSettings())), sys.argv[1])
 except KeyboardInterrupt:
     print("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "default")
 """
