@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from xconf.execution_plan import ExecutionCase
-from xconf.operator_catalog import SIDES
+from xconf.operators.catalog import SIDES
 from xconf.runtime.protocol import Engine, RuntimeAdapter, SideBinding
 
 

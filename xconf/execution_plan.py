@@ -9,7 +9,7 @@ from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError, PlanError, PlanIssue
 from xconf.experiment import Case, ExperimentPlan, OperatorChoice
 from xconf.knobs import side_dtype
-from xconf.operator_catalog import (
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     SIDES,
     OperatorBinding,

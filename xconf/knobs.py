@@ -16,7 +16,7 @@ ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
 
 # The compute dtypes every side and operator understands, most precise first (the operator
-# contract's logits dtypes are this same list: xconf.operator_capability imports it).
+# contract's logits dtypes are this same list: xconf.operators.capability imports it).
 Dtype = Literal["float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 
@@ -288,8 +288,6 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         return choices[cleaned]
     if not cleaned:
         raise KnobValueError("expected a backend id, got an empty string")
-    from xconf.operator_catalog import normalize_backend_id  # the catalog owns backend ids
-
     return normalize_backend_id(cleaned)
 
 
@@ -356,3 +354,20 @@ def side_worlds(knobs: Mapping[str, object]) -> SideWorlds:
     )
     training = _TRAINING_WORLD[str(value("training.sharding", "unsharded"))]
     return SideWorlds(rollout=rollout, training=training)
+
+
+# Ids from the reference project's JSON documents map to xconf's own backends.
+BACKEND_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "auto": "native",
+        "default": "native",
+        "rlkernel.reference_logp": "xconf.reference_logp",
+        "reference": "xconf.reference_logp",
+    }
+)
+
+
+def normalize_backend_id(backend_id: str) -> str:
+    """Strip, lower-case and resolve aliases so id-based lookup matches."""
+    cleaned = backend_id.strip().lower()
+    return BACKEND_ALIASES.get(cleaned, cleaned)

@@ -29,12 +29,12 @@ from xconf.errors import IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
 from xconf.knobs import side_dtype
-from xconf.operator_catalog import (
+from xconf.operators.catalog import (
     SIDES,
-    OperatorSession,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.operators.dispatch import OperatorSession
 from xconf.runtime import provenance
 from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy

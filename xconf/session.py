@@ -22,7 +22,7 @@ from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.experiment import PLAN_SCHEMA, ExperimentSpec
-from xconf.operator_catalog import ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.planner import plan_experiment, same_as_baseline
 from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config

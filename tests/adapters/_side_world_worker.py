@@ -22,7 +22,7 @@ def _execution(model_cache: str) -> Any:
     from xconf.config.strict import parse_experiment
     from xconf.execution_plan import build_execution_plan
     from xconf.experiment import Intervention
-    from xconf.operator_catalog import ResolutionPolicy, SemanticOperatorCatalog
+    from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
     from xconf.planner import plan_experiment
 
     overrides = ["+experiment=s2_cpu", "identity=synthetic_s0", "training.sharding=fsdp"]

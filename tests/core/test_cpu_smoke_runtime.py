@@ -11,7 +11,7 @@ from tests.core.runs import attempt_doc, only, run_doc
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime, _materialize
 from xconf.config.strict import parse_experiment
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 from xconf.runner import frozen_inputs
 
 

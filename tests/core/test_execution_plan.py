@@ -9,8 +9,8 @@ import pytest
 from xconf.config.strict import parse_experiment
 from xconf.errors import PlanError
 from xconf.execution_plan import build_execution_plan
-from xconf.operator_capability import BackendCapability
-from xconf.operator_catalog import (
+from xconf.operators.capability import BackendCapability
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     OperatorDescriptor,
     ResolutionPolicy,

@@ -10,7 +10,7 @@ from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.config.strict import parse_experiment
 from xconf.errors import RuntimeMaterializationError
 from xconf.execution_plan import build_execution_plan
-from xconf.operator_catalog import ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.planner import plan_experiment
 from xconf.runtime.materialization import (
     apply_readback,
@@ -200,7 +200,7 @@ def test_process_knobs_change_the_process_fingerprint() -> None:
 
 def test_distributed_context_feeds_the_fingerprints() -> None:
     (base,) = _bindings({})
-    from xconf.operator_catalog import OperatorBinding
+    from xconf.operators.catalog import OperatorBinding
 
     op = OperatorBinding("selected_logprob", "rollout", "native", (), "f", False, True)
     one = with_fingerprints(replace(base.rollout, distributed_context=(("world", 1),)), op, "k")

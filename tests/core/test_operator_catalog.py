@@ -8,18 +8,18 @@ import pytest
 import torch
 
 from xconf.errors import OperatorResolutionError
-from xconf.operator_capability import BackendCapability
-from xconf.operator_catalog import (
+from xconf.knobs import normalize_backend_id
+from xconf.operators.capability import BackendCapability
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
     OperatorDescriptor,
-    OperatorSession,
     ResolutionPolicy,
     SemanticOperatorCatalog,
     check_descriptor,
     load_object,
-    normalize_backend_id,
 )
+from xconf.operators.dispatch import OperatorSession
 from xconf.testing.smoke_ops import register_smoke_operators, smoke_descriptors
 
 KNOBS = {"training.sharding": "unsharded", "rollout.tensor_parallel_size": 1}

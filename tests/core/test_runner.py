@@ -10,8 +10,8 @@ from tests.core.runs import attempt_doc, only, run_doc
 from xconf import session
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
-from xconf.operator_capability import BackendCapability
-from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
+from xconf.operators.capability import BackendCapability
+from xconf.operators.catalog import SELECTED_LOGPROB, OperatorDescriptor
 from xconf.ops.reference import ReferenceSelectedLogprob
 
 
@@ -167,7 +167,7 @@ def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkey
 
 def test_catalog_changed_after_planning_is_a_stale_binding(s0_doc, tmp_path) -> None:
     from xconf.config.strict import parse_experiment
-    from xconf.operator_catalog import SELECTED_LOGPROB as OP
+    from xconf.operators.catalog import SELECTED_LOGPROB as OP
 
     doc = only(s0_doc, logp__backend=["xconf.reference_logp"])
     prepared = session.prepare(

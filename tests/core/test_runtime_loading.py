@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.errors import ConfigError, XconfError
-from xconf.operator_catalog import load_object
+from xconf.operators.catalog import load_object
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

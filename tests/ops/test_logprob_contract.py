@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from xconf.errors import OperatorResolutionError, XconfError
-from xconf.operator_capability import BackendCapability
+from xconf.operators.capability import BackendCapability
 from xconf.ops.logprob.contract import (
     LogprobContract,
     MaskSpec,

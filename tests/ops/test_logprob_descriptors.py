@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 from _logprob_workers import inputs
 
-from xconf.operator_catalog import (
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
-    OperatorSession,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.operators.dispatch import OperatorSession
 from xconf.ops.logprob.descriptors import descriptors
 
 

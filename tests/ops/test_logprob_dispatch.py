@@ -9,16 +9,15 @@ import pytest
 import torch
 
 from xconf.errors import OperatorResolutionError
-from xconf.operator_capability import BackendCapability, Role
-from xconf.operator_catalog import (
+from xconf.operators.capability import BackendCapability, Role
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     OperatorBinding,
     OperatorDescriptor,
-    OperatorSession,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
-from xconf.operator_dispatch import select_backend
+from xconf.operators.dispatch import OperatorSession, select_backend
 from xconf.ops.logprob.contract import LogprobContract, ReductionSpec, ShardingSpec
 from xconf.ops.logprob.descriptors import VOCAB_PARALLEL_ID
 from xconf.ops.reference import REFERENCE_ID

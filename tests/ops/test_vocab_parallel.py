@@ -162,7 +162,7 @@ def test_validate_false_skips_data_checks_only() -> None:
 
 def test_cuda_is_declared_for_the_triton_kernels_only() -> None:
     """Declared because tests/ops/test_triton_interpreter.py checks the Triton kernels."""
-    from xconf.operator_catalog import SELECTED_LOGPROB, SemanticOperatorCatalog
+    from xconf.operators.catalog import SELECTED_LOGPROB, SemanticOperatorCatalog
     from xconf.ops.logprob.impls import resolve_impl
 
     catalog = SemanticOperatorCatalog.from_entry_points()

@@ -77,7 +77,7 @@ def num_layers(adapter: Any) -> int:
 def execution_case(case: Case) -> Any:
     """The case bound to the runtime-native selected-logprob operator on both sides."""
     from xconf.execution_plan import ExecutionCase
-    from xconf.operator_catalog import (
+    from xconf.operators.catalog import (
         SELECTED_LOGPROB,
         SIDES,
         OperatorBinding,

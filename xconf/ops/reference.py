@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xconf.operator_capability import BackendCapability
-from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
+from xconf.operators.capability import BackendCapability
+from xconf.operators.catalog import SELECTED_LOGPROB, OperatorDescriptor
 
 if TYPE_CHECKING:  # the catalog loads descriptors() while planning, which needs no torch
     import torch

@@ -9,7 +9,7 @@ from typing import Any
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
 from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue
-from xconf.operator_catalog import OperatorBinding, Side
+from xconf.operators.catalog import OperatorBinding, Side
 from xconf.runtime.protocol import (
     KnobApplication,
     ReadbackFailure,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_che
 
 from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue, Lifecycle
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 
 if TYPE_CHECKING:
     import torch

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xconf.operator_capability import BackendCapability
-from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
+from xconf.operators.capability import BackendCapability
+from xconf.operators.catalog import SELECTED_LOGPROB, OperatorDescriptor, SemanticOperatorCatalog
 from xconf.ops.reference import ReferenceSelectedLogprob
 
 if TYPE_CHECKING:  # registered while planning, which needs no torch

@@ -9,7 +9,7 @@ from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
 from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,

@@ -27,7 +27,7 @@ from xconf.adapters.vllm_transformers.placement import (
 )
 from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue, side_worlds
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from xconf.knobs import KnobValue
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 from xconf.runtime.protocol import KnobApplication, applied_application, unsupported_application
 
 Materializer = Callable[[str, str, Side, KnobValue, Mapping[str, KnobValue]], KnobApplication]

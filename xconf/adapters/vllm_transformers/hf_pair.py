@@ -16,7 +16,7 @@ from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.placement import process_group_context
 from xconf.experiment import Identity
 from xconf.knobs import KnobValue
-from xconf.operator_catalog import Side
+from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import torch
 
 from xconf.canonical import canonical_digest
-from xconf.operator_capability import (
+from xconf.operators.capability import (
     DETERMINISM_SCOPES,
     LOGITS_DTYPES,
     MASK_MODES,

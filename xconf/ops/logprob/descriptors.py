@@ -8,8 +8,8 @@ cases ``tests/ops/test_triton_interpreter.py`` runs under Triton's interpreter i
 
 from __future__ import annotations
 
-from xconf.operator_capability import MASK_MODES, BackendCapability, Platform
-from xconf.operator_catalog import SELECTED_LOGPROB, OperatorDescriptor
+from xconf.operators.capability import MASK_MODES, BackendCapability, Platform
+from xconf.operators.catalog import SELECTED_LOGPROB, OperatorDescriptor
 
 VOCAB_PARALLEL_ID = "xconf.vocab_parallel_logp"
 VERSION = "1"

@@ -16,29 +16,14 @@ from typing import Any, Literal
 
 from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError
-from xconf.operator_capability import ROLES, BackendCapability, Role
+from xconf.knobs import normalize_backend_id
+from xconf.operators.capability import ROLES, BackendCapability, Role
 
 Side = Role
 SIDES: tuple[Side, ...] = ROLES
 OPERATOR_ENTRY_POINT_GROUP = "xconf.operators"
 SELECTED_LOGPROB = "selected_logprob"
 SMOKE_ONLY_PREFIX = "smoke_only."  # smoke-only backends are named so (see SMOKE_OPERATORS.md)
-
-# Ids from the reference project's JSON documents map to xconf's own backends.
-BACKEND_ALIASES: Mapping[str, str] = MappingProxyType(
-    {
-        "auto": "native",
-        "default": "native",
-        "rlkernel.reference_logp": "xconf.reference_logp",
-        "reference": "xconf.reference_logp",
-    }
-)
-
-
-def normalize_backend_id(backend_id: str) -> str:
-    """Strip, lower-case and resolve aliases so id-based lookup matches."""
-    cleaned = backend_id.strip().lower()
-    return BACKEND_ALIASES.get(cleaned, cleaned)
 
 
 @dataclass(frozen=True)
@@ -226,63 +211,6 @@ def check_descriptor(
             path,
         )
     return descriptor
-
-
-class OperatorSession:
-    """Per-case resolution: instantiates, caches and records provenance for one case only.
-
-    A fresh session is made for every case, so failed or cached state never leaks.
-    """
-
-    def __init__(self, catalog: SemanticOperatorCatalog, policy: ResolutionPolicy) -> None:
-        self._catalog = catalog
-        self._policy = policy
-        self._instances: dict[tuple[str, str, str, tuple[tuple[str, Any], ...]], Any] = {}
-        self._provenance: list[dict[str, Any]] = []
-
-    def instantiate(self, binding: OperatorBinding) -> Any:
-        """The implementation for ``binding`` behind contract-aware dispatch (every call is
-        checked against the descriptor's capabilities); ``None`` for a runtime-native one."""
-        from xconf.operator_dispatch import DispatchedOperator  # it imports this module
-
-        descriptor = self._catalog.get(binding.semantic_operation, binding.backend_id)
-        path = f"operators.{binding.semantic_operation}.{binding.side}"
-        if descriptor is None or descriptor.fingerprint() != binding.descriptor_fingerprint:
-            raise OperatorResolutionError(
-                "operator.stale_binding",
-                f"backend '{binding.backend_id}' changed or vanished since planning",
-                path,
-            )
-        if descriptor.is_smoke_only and not self._policy.allow_smoke_operators:
-            raise OperatorResolutionError(
-                "operator.smoke_not_authorized",
-                f"smoke-only backend '{binding.backend_id}' needs --allow-smoke-operators",
-                path,
-            )
-        key = (binding.semantic_operation, binding.backend_id, binding.side, binding.options)
-        if key not in self._instances:
-            instance = None
-            if not descriptor.runtime_native:
-                options = dict(binding.options)
-                if descriptor.factory_takes_side:
-                    options["side"] = binding.side
-                try:
-                    factory = load_object(descriptor.factory)
-                except ImportError as exc:
-                    raise OperatorResolutionError(
-                        "operator.factory_unavailable",
-                        f"backend '{binding.backend_id}': cannot import its factory "
-                        f"'{descriptor.factory}': {str(exc).splitlines()[0]}",
-                        path,
-                    ) from exc
-                implementation = factory(**options)
-                instance = DispatchedOperator(implementation, descriptor, binding.side)
-            self._instances[key] = instance
-        self._provenance.append({**binding.to_dict(), "version": descriptor.version})
-        return self._instances[key]
-
-    def provenance(self) -> tuple[dict[str, Any], ...]:
-        return tuple(self._provenance)
 
 
 def load_object(import_path: str) -> Any:

@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from xconf.errors import OperatorResolutionError
-from xconf.operator_capability import BackendCapability, Platform, check_platform
-from xconf.operator_catalog import (
+from xconf.operators.capability import BackendCapability, Platform, check_platform
+from xconf.operators.catalog import (
     SELECTED_LOGPROB,
+    OperatorBinding,
     OperatorDescriptor,
+    ResolutionPolicy,
     SemanticOperatorCatalog,
     load_object,
 )
@@ -222,3 +224,58 @@ class DispatchedOperator:
                 f"operators.{self.descriptor.semantic_operation}.{self.side}",
             )
         return self.implementation(logits, target_ids, active_mask)
+
+
+class OperatorSession:
+    """Per-case resolution: instantiates, caches and records provenance for one case only.
+
+    A fresh session is made for every case, so failed or cached state never leaks.
+    """
+
+    def __init__(self, catalog: SemanticOperatorCatalog, policy: ResolutionPolicy) -> None:
+        self._catalog = catalog
+        self._policy = policy
+        self._instances: dict[tuple[str, str, str, tuple[tuple[str, Any], ...]], Any] = {}
+        self._provenance: list[dict[str, Any]] = []
+
+    def instantiate(self, binding: OperatorBinding) -> Any:
+        """The implementation for ``binding`` behind contract-aware dispatch (every call is
+        checked against the descriptor's capabilities); ``None`` for a runtime-native one."""
+        descriptor = self._catalog.get(binding.semantic_operation, binding.backend_id)
+        path = f"operators.{binding.semantic_operation}.{binding.side}"
+        if descriptor is None or descriptor.fingerprint() != binding.descriptor_fingerprint:
+            raise OperatorResolutionError(
+                "operator.stale_binding",
+                f"backend '{binding.backend_id}' changed or vanished since planning",
+                path,
+            )
+        if descriptor.is_smoke_only and not self._policy.allow_smoke_operators:
+            raise OperatorResolutionError(
+                "operator.smoke_not_authorized",
+                f"smoke-only backend '{binding.backend_id}' needs --allow-smoke-operators",
+                path,
+            )
+        key = (binding.semantic_operation, binding.backend_id, binding.side, binding.options)
+        if key not in self._instances:
+            instance = None
+            if not descriptor.runtime_native:
+                options = dict(binding.options)
+                if descriptor.factory_takes_side:
+                    options["side"] = binding.side
+                try:
+                    factory = load_object(descriptor.factory)
+                except ImportError as exc:
+                    raise OperatorResolutionError(
+                        "operator.factory_unavailable",
+                        f"backend '{binding.backend_id}': cannot import its factory "
+                        f"'{descriptor.factory}': {str(exc).splitlines()[0]}",
+                        path,
+                    ) from exc
+                implementation = factory(**options)
+                instance = DispatchedOperator(implementation, descriptor, binding.side)
+            self._instances[key] = instance
+        self._provenance.append({**binding.to_dict(), "version": descriptor.version})
+        return self._instances[key]
+
+    def provenance(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self._provenance)

@@ -1,0 +1,1 @@
+"""Semantic operators: the capability vocabulary, the catalog of descriptors and dispatch."""
