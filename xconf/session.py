@@ -10,7 +10,7 @@ input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from xconf.experiment import PLAN_SCHEMA, ExperimentSpec
 from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.planner import plan_experiment, same_as_baseline
 from xconf.run_output import OutputPolicy, third_party_output
-from xconf.runtime.loading import instantiate_runtime, load_runtime_config
+from xconf.runtime.loading import instantiate_runtime
 
 if TYPE_CHECKING:
     from xconf.localize.service import Localization
@@ -33,20 +33,6 @@ if TYPE_CHECKING:
 
 Mode = Literal["plan", "run"]
 EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
-
-
-def conf_dir() -> Path:
-    """The Hydra config tree: the repository's conf/ (editable install) or the wheel's copy."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package.parent / "conf", package / "_conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
-
-
-def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
-    return load_runtime_config(conf_dir(), name, overrides)
 
 
 def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:

@@ -16,7 +16,7 @@ from xconf.config.hydra_document import experiment_document, reject_config_set_c
 from xconf.config.strict import load_experiment_file, parse_experiment
 from xconf.errors import ConfigError
 from xconf.planner import plan_experiment
-from xconf.session import conf_dir
+from xconf.runtime.loading import conf_dir
 
 
 def compose_app(overrides: list[str], *, choices: bool = False):

@@ -319,7 +319,7 @@ def test_fuzz_hydra_overrides(tmp_path: Path) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from xconf.cli.hydra_app import run_from_config
-    from xconf.session import conf_dir
+    from xconf.runtime.loading import conf_dir
 
     started = time.monotonic()
     box = Sandbox(tmp_path)

@@ -155,7 +155,8 @@ def test_full_disk(tmp_path: Path) -> None:
 
 def _run_runtime(root: Path, target: str, timeout: float | None = None, **options: Any) -> Any:
     from xconf.config.strict import load_experiment_file
-    from xconf.session import instantiate_runtime, prepare, run_prepared
+    from xconf.runtime.loading import instantiate_runtime
+    from xconf.session import prepare, run_prepared
 
     experiment = write_experiment(root.parent / "in")
     spec = load_experiment_file(experiment)
@@ -212,7 +213,7 @@ def test_case_timeout_from_hydra_and_cli(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
     from xconf.cli.hydra_app import run_from_config
-    from xconf.session import conf_dir
+    from xconf.runtime.loading import conf_dir
 
     root = tmp_path / "hydra"
     overrides = [

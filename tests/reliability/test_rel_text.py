@@ -103,7 +103,7 @@ def test_hydra_run_with_bracketed_runtime_error_and_expected_scenario_key(
     from hydra import compose, initialize_config_dir
 
     from xconf.cli.hydra_app import run_from_config
-    from xconf.session import conf_dir
+    from xconf.runtime.loading import conf_dir
 
     root = tmp_path / "hydra"
     overrides = [

@@ -17,7 +17,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from xconf import session
-from xconf.session import EXIT_INVALID, EXIT_OK, Outcome, conf_dir
+from xconf.runtime.loading import conf_dir
+from xconf.session import EXIT_INVALID, EXIT_OK, Outcome
 
 
 def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) -> Outcome:

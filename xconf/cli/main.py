@@ -80,12 +80,13 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf import session
     from xconf.config.strict import load_experiment_file
     from xconf.runtime.deadline import check_case_timeout
+    from xconf.runtime.loading import runtime_config
 
     spec = load_experiment_file(args.file)
     check_case_timeout(args.case_timeout)
     return session.run(
         spec,
-        session.runtime_config(args.runtime, args.overrides),
+        runtime_config(args.runtime, args.overrides),
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
         resume=not args.no_resume,

@@ -87,7 +87,7 @@ def _reject_config_set_runtime(
     ``runtime._target_`` (or any option) is refused; command-line overrides may set options."""
     if "runtime" not in cfg or "runtime" in from_cli:
         return
-    from xconf.session import runtime_config
+    from xconf.runtime.loading import runtime_config
 
     expected = runtime_config(runtime_choice or DEFAULT_RUNTIME)
     composed = OmegaConf.to_container(cfg.runtime, resolve=True)

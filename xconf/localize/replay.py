@@ -27,7 +27,7 @@ from xconf.localize.sides import side_module
 
 def runtime_for(kind: str) -> Any:
     """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated."""
-    from xconf.session import instantiate_runtime, runtime_config
+    from xconf.runtime.loading import instantiate_runtime, runtime_config
 
     return instantiate_runtime(runtime_config(kind.replace("-", "_")))
 

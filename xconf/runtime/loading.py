@@ -45,6 +45,20 @@ def load_runtime_config(conf_root: Path, name: str, overrides: Sequence[str] = (
     return config
 
 
+def conf_dir() -> Path:
+    """The Hydra config tree: the repository's conf/ (editable install) or the wheel's copy."""
+    package = Path(__file__).resolve().parent.parent  # xconf/, this module is xconf/runtime/
+    for candidate in (package.parent / "conf", package / "_conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise ConfigError("config.no_conf_dir", "cannot find xconf's conf/ tree", str(package))
+
+
+def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
+    return load_runtime_config(conf_dir(), name, overrides)
+
+
 def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
     """Hydra override grammar, restricted to ``runtime.*``: ``k=v`` changes an existing
     option, ``+k=v`` adds one, ``++k=v`` sets either way."""

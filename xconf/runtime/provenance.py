@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import xconf
-
 XCONF_VERSION = "0.1.0"
-PACKAGE_ROOT = Path(xconf.__file__).resolve().parent
+# The xconf package directory, found from this module (xconf/runtime/provenance.py) so the
+# package facade (xconf/__init__) is not imported from below it.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # Code that scores, whatever the runtime: every adapter and every operator under xconf.
 SCORING_TREES = ("adapters", "ops")
 ENGINE_DISTRIBUTIONS = ("vllm", "transformers", "torch")

@@ -17,11 +17,16 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
+from xconf.adapters.errors import (
+    IdentityViolationError,
+    ModelFactoryError,
+    RuntimeUnavailableError,
+)
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
 from xconf.canonical import canonical_digest
@@ -62,6 +67,21 @@ class ModelSpec:
             "spec": asdict(self),
         }
         return canonical_digest(payload)
+
+
+def model_spec(options: Mapping[str, Any] | None) -> ModelSpec:
+    """The ``ModelSpec`` a recipe's ``model`` options name; an unknown option is an identity
+    violation naming its key (the recipe would otherwise describe a model xconf never built)."""
+    allowed = {f.name for f in fields(ModelSpec)}
+    options = dict(options or {})
+    for key in options:
+        if key not in allowed:
+            raise IdentityViolationError(
+                "config.unknown_key",
+                f"unknown model option '{key}'",
+                f"identity.recipe.model.{key}",
+            )
+    return ModelSpec(**options)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from xconf.adapters.frozen import (
     FrozenSample,
     build_identity,
 )
-from xconf.adapters.models import ModelRecord, ModelSpec, default_cache_dir
+from xconf.adapters.models import ModelRecord, default_cache_dir
 from xconf.adapters.vllm_transformers.dataset import (
     DatasetOptions,
     generate_from_ids,
@@ -51,19 +50,6 @@ _RECIPE_KEYS = frozenset(
         "dataset",
     }
 )
-
-
-def model_spec(options: Mapping[str, Any] | None) -> ModelSpec:
-    allowed = {f.name for f in fields(ModelSpec)}
-    options = dict(options or {})
-    for key in options:
-        if key not in allowed:
-            raise IdentityViolationError(
-                "config.unknown_key",
-                f"unknown model option '{key}'",
-                f"identity.recipe.model.{key}",
-            )
-    return ModelSpec(**options)
 
 
 def parse_recipe(identity: Identity) -> dict[str, Any]:

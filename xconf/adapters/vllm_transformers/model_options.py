@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.adapters.models import ModelRecord, ModelSpec, ensure_model, open_checkpoint
+from xconf.adapters.models.factory import model_spec
 from xconf.errors import ConfigError
 
 _SPEC_KEYS = frozenset(f.name for f in fields(ModelSpec))
@@ -40,8 +41,6 @@ class ModelOptions:
                 trust_remote_code=self.trust_remote_code,
                 cache_dir=cache_dir,
             )
-        from xconf.adapters.vllm_transformers.identity import model_spec
-
         spec: ModelSpec = model_spec({**dict(self.spec), **dict(recipe_model)})
         return ensure_model(spec, cache_dir)
 
