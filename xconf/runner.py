@@ -52,7 +52,7 @@ from xconf.runtime.materialization import (
 )
 from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding, SideScore
 from xconf.runtime.ranks import from_rank0, rank
-from xconf.runtime.rejudge import rejudge_attempt
+from xconf.verify_verdict import rejudge_attempt
 
 XCONF_VERSION = provenance.XCONF_VERSION
 # Importers of the run's records and of the tensor schema find them here too.

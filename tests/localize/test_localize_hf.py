@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from tests.adapters.conftest import needs_hf
 from tests.localize import planted
 from tests.localize.conftest import PLANT_TRAINING, case_of, run_dir
+from xconf.artifacts.localization import latest
 from xconf.artifacts.safe_io import sha256_file
-from xconf.localize.artifact import latest
 from xconf.localize.service import localize_case
 from xconf.verify import verify_run
 

@@ -266,7 +266,7 @@ def test_directory_entries_print_verbatim(pristine: tuple[Path, Path], tmp_path:
 
 def test_hostile_localization_seal_is_ignored_not_raised(tmp_path: Path) -> None:
     """The report reads ``<run>/localize/...`` through the same seal helpers."""
-    from xconf.localize.artifact import latest
+    from xconf.artifacts.localization import latest
 
     attempt = tmp_path / "localize" / "c-0123456789abcdef" / "a-0001" / "a-0001"
     attempt.mkdir(parents=True)

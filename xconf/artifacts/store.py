@@ -54,6 +54,7 @@ __all__ = [
     "AttemptCheck",
     "ExperimentStore",
     "PublishedAttempt",
+    "publish_sealed",
     "read_json",
     "read_tensors",
 ]
@@ -199,11 +200,8 @@ class ExperimentStore:
         tensors: Mapping[str, Mapping[str, torch.Tensor]],
         result: str,
     ) -> PublishedAttempt:
-        """Allocate an attempt, publish every payload, then seal it with COMPLETE, last.
-
-        Every file is written relative to the attempt's open directory descriptor: the
-        directory swapped for a symlink after its creation redirects nothing.
-        """
+        """Allocate an attempt, publish every payload, then seal it with COMPLETE, last
+        (:func:`publish_sealed`)."""
         from safetensors.torch import save
 
         names = set(documents) | set(tensors)
@@ -211,31 +209,28 @@ class ExperimentStore:
             missing = sorted(set(PAYLOAD_FILES) - names)
             raise ArtifactError("artifacts.incomplete_payload", f"missing payloads {missing}")
         check_id(case_id, "case_id")
+
+        def payload(attempt_id: str, name: str) -> bytes:
+            if name in documents:
+                return json_bytes(documents[name])
+            return save(
+                {k: v.contiguous() for k, v in tensors[name].items()},
+                metadata={"case_id": case_id, "attempt_id": attempt_id},
+            )
+
+        def seal(attempt_id: str, digests: Mapping[str, str]) -> dict[str, Any]:
+            return {
+                "schema": SEAL_SCHEMA,
+                "experiment_id": self.experiment_id,
+                "case_id": case_id,
+                "attempt_id": attempt_id,
+                "execution_key": execution_key,
+                "result": result,
+                "files": dict(digests),
+            }
+
         with real_dir(self.root, self.experiment_id, CASES_DIR, case_id) as case:
-            attempt_id, attempt = allocate_attempt_dir(case)
-            try:
-                digests = {}
-                for name in PAYLOAD_FILES:
-                    if name in documents:
-                        data = json_bytes(documents[name])
-                    else:
-                        data = save(
-                            {k: v.contiguous() for k, v in tensors[name].items()},
-                            metadata={"case_id": case_id, "attempt_id": attempt_id},
-                        )
-                    digests[name] = publish_bytes(attempt, name, data, staging=case)
-                seal = {
-                    "schema": SEAL_SCHEMA,
-                    "experiment_id": self.experiment_id,
-                    "case_id": case_id,
-                    "attempt_id": attempt_id,
-                    "execution_key": execution_key,
-                    "result": result,
-                    "files": digests,
-                }
-                publish_bytes(attempt, SEAL_NAME, json_bytes(seal), staging=case)
-            finally:
-                attempt.close()
+            attempt_id = publish_sealed(case, PAYLOAD_FILES, payload, seal)
             return PublishedAttempt(case_id, attempt_id, case.path / attempt_id, result)
 
     def attempts(self, case_id: str) -> list[Path]:
@@ -280,6 +275,30 @@ class ExperimentStore:
                 continue
             return check
         return None
+
+
+def publish_sealed(
+    parent: Dir,
+    names: Sequence[str],
+    payload: Callable[[str, str], bytes],
+    seal: Callable[[str, Mapping[str, str]], Mapping[str, Any]],
+) -> str:
+    """The one writer of a sealed directory: allocate a new ``a-NNNN`` under ``parent``,
+    publish each of ``names`` (bytes from ``payload(attempt_id, name)``) with the
+    no-overwrite writer, then ``COMPLETE`` (``seal(attempt_id, digests)``) last, so a
+    directory without ``COMPLETE`` is partial and never read as a result. Every file is
+    written relative to the new directory's open descriptor: the directory swapped for a
+    symlink after its creation redirects nothing. Returns the new directory's name."""
+    attempt_id, directory = allocate_attempt_dir(parent)
+    try:
+        digests = {
+            name: publish_bytes(directory, name, payload(attempt_id, name), staging=parent)
+            for name in names
+        }
+        publish_bytes(directory, SEAL_NAME, json_bytes(seal(attempt_id, digests)), staging=parent)
+    finally:
+        directory.close()
+    return attempt_id
 
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:

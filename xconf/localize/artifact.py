@@ -1,28 +1,27 @@
-"""The sealed localization artifact: ``localize.json`` + ``taps.safetensors`` + ``COMPLETE``.
+"""Writing the sealed localization artifact (format and reader: ``xconf.artifacts.localization``).
 
-It lives at ``<run>/localize/<case_id>/<attempt_id>/a-NNNN/``, beside the case's attempt
-tree rather than inside it: a sealed attempt directory holds exactly its payloads (verify
-and resume reject extra entries), so localizing never touches it. Each localization is a
-new ``a-NNNN`` (allocated atomically); files are published with the artifact store's
-no-overwrite writer and ``COMPLETE`` (the SHA-256 of each file) is published last.
-Reading it back (:func:`latest`) is torch-free, for the report.
+Each localization is a new ``a-NNNN`` under ``<run>/localize/<case_id>/<attempt_id>/``,
+written by the artifact store's one sealed-directory writer (atomic allocation, no-overwrite
+payloads, ``COMPLETE`` last).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import read_json
-from xconf.artifacts.safe_io import allocate_attempt_dir, publish_bytes, real_dir
-from xconf.artifacts.seal import Damaged, file_problems, read_seal
-from xconf.errors import XconfError
+from xconf.artifacts.localization import (
+    FILES,
+    LOCALIZE_DIR,
+    LOCALIZE_SCHEMA,
+    SEAL_SCHEMA,
+    TAPS_NAME,
+)
+from xconf.artifacts.safe_io import real_dir
+from xconf.artifacts.store import json_bytes, publish_sealed
 
-LOCALIZE_SCHEMA = "xconf.localize.v1"
-SEAL_SCHEMA = "xconf.localize.seal.v1"
-FILES = ("localize.json", "taps.safetensors")
-SEAL = "COMPLETE"
 KIND_CODES = {"embedding": 0, "attention": 1, "mlp": 2, "residual": 3, "final_norm": 4, "logits": 5}
 
 
@@ -57,67 +56,24 @@ def tap_tensors(document: dict[str, Any]) -> dict[str, Any]:
 def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
     from safetensors.torch import save
 
-    from xconf.artifacts.store import json_bytes
+    taps = save(
+        {k: v.contiguous() for k, v in tap_tensors(document).items()},
+        metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
+    )
 
-    payloads_of = {
-        "taps.safetensors": save(
-            {k: v.contiguous() for k, v in tap_tensors(document).items()},
-            metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
-        ),
-    }
-    with real_dir(run_path, "localize", case_id, attempt_id) as parent:
-        localize_id, directory = allocate_attempt_dir(parent)
-        try:
-            payloads = {
-                "localize.json": json_bytes({**document, "localize_id": localize_id}),
-                **payloads_of,
-            }
-            digests = {
-                name: publish_bytes(directory, name, payloads[name], staging=parent)
-                for name in FILES
-            }
-            seal = {
-                "schema": SEAL_SCHEMA,
-                "case_id": case_id,
-                "attempt_id": attempt_id,
-                "localize_id": localize_id,
-                "files": digests,
-            }
-            publish_bytes(directory, SEAL, json_bytes(seal), staging=parent)
-        finally:
-            directory.close()
+    def payload(localize_id: str, name: str) -> bytes:
+        # The document names its own directory, known only once it is allocated.
+        return taps if name == TAPS_NAME else json_bytes({**document, "localize_id": localize_id})
+
+    def seal(localize_id: str, digests: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "schema": SEAL_SCHEMA,
+            "case_id": case_id,
+            "attempt_id": attempt_id,
+            "localize_id": localize_id,
+            "files": dict(digests),
+        }
+
+    with real_dir(run_path, LOCALIZE_DIR, case_id, attempt_id) as parent:
+        localize_id = publish_sealed(parent, FILES, payload, seal)
         return Published(parent.path / localize_id, localize_id)
-
-
-def _sealed_document(path: Path) -> dict[str, Any] | None:
-    """The document of a localization whose seal verifies (the artifact store's seal
-    helpers: bounded regular files, depth-bounded JSON, digests), else None."""
-    seal = read_seal(path)
-    if isinstance(seal, Damaged) or seal.get("schema") != SEAL_SCHEMA:
-        return None
-    if set(seal["files"]) != set(FILES) or file_problems(path, seal["files"], FILES):
-        return None
-    try:
-        document = read_json(path / "localize.json")
-    except (OSError, XconfError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
-    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free)."""
-    root = run_path / "localize" / case_id
-    if root.is_symlink() or not root.is_dir():
-        return None
-    found: list[tuple[str, str, Path]] = []
-    for attempt in root.iterdir():
-        if attempt.is_symlink() or not attempt.is_dir():
-            continue
-        for entry in attempt.iterdir():
-            if entry.name.startswith("a-") and entry.name[2:].isdigit() and not entry.is_symlink():
-                found.append((attempt.name, entry.name, entry))
-    for _, _, path in sorted(found, reverse=True):
-        document = _sealed_document(path)
-        if document is not None:
-            return document
-    return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xconf.artifacts.localization import LOCALIZE_SCHEMA
 from xconf.errors import XconfError
 from xconf.localize.analysis import (
     FACTOR,
@@ -22,7 +23,7 @@ from xconf.localize.analysis import (
     first_divergence,
     verdict_line,
 )
-from xconf.localize.artifact import LOCALIZE_SCHEMA, publish
+from xconf.localize.artifact import publish
 from xconf.localize.inputs import load_inputs
 from xconf.localize.names import name_map, taps
 from xconf.localize.replay import (

@@ -1,6 +1,6 @@
 """The report's "Drift by layer" section: one chart per localized case (``xconf localize``).
 
-Reads the newest sealed localization of each case (``xconf.localize.artifact.latest``) and
+Reads the newest sealed localization of each case (``xconf.artifacts.localization.latest``) and
 draws, per decoder layer, the rollout-vs-training relative difference of the attention
 output, the MLP output and the residual stream, with the embeddings before the stack and
 the final norm and logits after it; grey ticks mark where each tap would count as diverged
@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from xconf.localize.artifact import latest
+from xconf.artifacts.localization import latest
 from xconf.report import plots
 
 SERIES = (("attention", "#4c78a8"), ("mlp", "#f58518"), ("residual", "#54a24b"))

@@ -1,0 +1,59 @@
+"""The sealed localization artifact's format and its torch-free reader.
+
+A localization lives at ``<run>/localize/<case_id>/<attempt_id>/a-NNNN/``: ``localize.json``
+and ``taps.safetensors``, sealed by ``COMPLETE`` (the SHA-256 of each file). It sits beside
+the case's attempt tree rather than inside it, because a sealed attempt directory holds
+exactly its payloads (verify and resume reject extra entries), so localizing never touches
+it. ``xconf.localize.artifact`` writes it (through the store's sealed-directory writer); the
+report reads it here, so the report needs nothing of the localizer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xconf.artifacts.layout import attempt_number, read_json
+from xconf.artifacts.seal import Damaged, file_problems, read_seal
+from xconf.errors import XconfError
+
+LOCALIZE_DIR = "localize"
+LOCALIZE_SCHEMA = "xconf.localize.v1"
+SEAL_SCHEMA = "xconf.localize.seal.v1"
+DOCUMENT_NAME = "localize.json"
+TAPS_NAME = "taps.safetensors"
+FILES = (DOCUMENT_NAME, TAPS_NAME)
+
+
+def _sealed_document(path: Path) -> dict[str, Any] | None:
+    """The document of a localization whose seal verifies (the artifact store's seal
+    helpers: bounded regular files, depth-bounded JSON, digests), else None."""
+    seal = read_seal(path)
+    if isinstance(seal, Damaged) or seal.get("schema") != SEAL_SCHEMA:
+        return None
+    if set(seal["files"]) != set(FILES) or file_problems(path, seal["files"], FILES):
+        return None
+    try:
+        document = read_json(path / DOCUMENT_NAME)
+    except (OSError, XconfError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
+    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free)."""
+    root = run_path / LOCALIZE_DIR / case_id
+    if root.is_symlink() or not root.is_dir():
+        return None
+    found: list[tuple[str, str, Path]] = []
+    for attempt in root.iterdir():
+        if attempt.is_symlink() or not attempt.is_dir():
+            continue
+        for entry in attempt.iterdir():
+            if attempt_number(entry.name) is not None and not entry.is_symlink():
+                found.append((attempt.name, entry.name, entry))
+    for _, _, path in sorted(found, reverse=True):
+        document = _sealed_document(path)
+        if document is not None:
+            return document
+    return None
