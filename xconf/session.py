@@ -2,15 +2,16 @@
 verdict -> report.
 
 The front-ends (``cli/main.py``, ``cli/hydra_app.py``, ``cli/multirun.py``) parse their own
-input into an :class:`ExperimentSpec` and a runtime config, hand them to :func:`plan` or
-:func:`run` with a :class:`View` that draws the terminal, and exit with the returned
+input into an :class:`ExperimentSpec`, a runtime config and one :class:`RunOptions`, hand
+them to :func:`plan` or :func:`run` with a :class:`View` that draws the terminal (and any
+:class:`AfterVerdict` hooks, such as ``--localize``), and exit with the returned
 :class:`Outcome`'s code. Nothing here keeps state between calls.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,7 @@ from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime
 
 if TYPE_CHECKING:
-    from xconf.localize.service import Localization
-    from xconf.runner import CaseRecord, RunSummary
+    from xconf.case_record import CaseRecord, RunSummary
 
 Mode = Literal["plan", "run"]
 EXIT_OK, EXIT_NON_PASS, EXIT_INVALID = 0, 1, 2
@@ -42,6 +42,44 @@ def make_catalog(allow_smoke_operators: bool) -> SemanticOperatorCatalog:
 
         register_smoke_operators(catalog)
     return catalog
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one run goes, read once by its front end from the command line or the composed
+    config; the runtime config and the experiment are separate inputs."""
+
+    output_root: str | Path
+    allow_smoke_operators: bool = False
+    resume: bool = True
+    # Longer than this, a case is stopped and recorded as result error (None: no limit).
+    case_timeout_s: float | None = None
+    # Third-party output (vLLM, transformers, torch) on the terminal, not in xconf.log.
+    verbose: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> RunOptions:
+        """The options of a config composed by ``xconf-run`` (``conf/config.yaml``'s keys);
+        ``output_root`` resolved against Hydra's original working directory."""
+        import hydra
+
+        from xconf.runtime.deadline import check_case_timeout
+
+        return cls(
+            output_root=hydra.utils.to_absolute_path(str(cfg.output_root)),
+            allow_smoke_operators=bool(cfg.allow_smoke_operators),
+            resume=bool(cfg.resume),
+            case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
+            verbose=bool(cfg.get("verbose", False)),
+        )
+
+
+class AfterVerdict(Protocol):
+    """Work a front end adds after the verdict table and before the report (``--localize``),
+    so the report includes what it wrote: it gets the run's summary, its adapter (engines may
+    be reused) and where third-party output goes (``output``, under the run directory)."""
+
+    def __call__(self, summary: RunSummary, adapter: Any, output: OutputPolicy, /) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -167,13 +205,13 @@ class View(Protocol):
 
     def verdict(self, summary: RunSummary) -> None: ...
 
-    def localized(self, result: Localization | None) -> None:
-        """One case localized after the verdict (``None``: the run had no failing case)."""
-
 
 @runtime_checkable
 class OutcomeReceiver(Protocol):
-    """A task function that wants the outcome of a sweep run by Hydra on its behalf."""
+    """The task function of a sweep Hydra runs on its behalf (``xconf-run -m``): it gives the
+    sweep its view and receives the sweep's outcome."""
+
+    def sweep_view(self) -> View: ...
 
     def receive(self, outcome: Outcome) -> None: ...
 
@@ -224,55 +262,43 @@ def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str
 def run(
     spec: ExperimentSpec,
     runtime: Mapping[str, Any] | DictConfig,
+    options: RunOptions,
     *,
-    output_root: str | Path,
-    allow_smoke_operators: bool,
-    resume: bool,
-    case_timeout_s: float | None,
     view: View | None,
-    verbose: bool = False,
-    localize: bool = False,
+    after_verdict: Sequence[AfterVerdict] = (),
 ) -> Outcome:
     """Plan, score every case on both sides, judge, seal; then the verdict and the report.
 
     ``view=None`` runs silently and writes no report: one case of a sweep, whose verdict the
-    sweep's parent gathers and reports. Third-party output (vLLM, transformers, torch) goes
-    to ``<experiment dir>/xconf.log`` unless ``verbose``. ``localize``: after the verdict,
-    localize every failing case (:mod:`xconf.localize.service`) before the report is written.
+    sweep's parent gathers and reports (``after_verdict`` does not run either). Third-party
+    output (vLLM, transformers, torch) goes to ``<experiment dir>/xconf.log`` unless
+    ``options.verbose``. Each ``after_verdict`` hook runs after the verdict, before the report.
     """
     adapter = instantiate_runtime(runtime)
     prepared = prepare(
         spec,
-        output_root=output_root,
-        allow_smoke_operators=allow_smoke_operators,
+        output_root=options.output_root,
+        allow_smoke_operators=options.allow_smoke_operators,
         device=adapter.device,
     )
     with _progress(view, len(prepared.execution.cases)) as on_case:
-        output = OutputPolicy(verbose, None if view is None else view.console)
+        output = OutputPolicy(options.verbose, None if view is None else view.console)
         summary = run_prepared(
             prepared,
             adapter,
-            resume=resume,
+            resume=options.resume,
             on_case=on_case,
-            case_timeout_s=case_timeout_s,
+            case_timeout_s=options.case_timeout_s,
             output=output,
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
-    after_verdict = None
-    if localize:
-        from xconf.localize.service import localize_failing
 
-        def after_verdict() -> None:
-            # Localizing builds engines again: their output goes where the run's went.
-            with third_party_output(prepared.store.path, output):
-                failing = localize_failing(
-                    summary, adapter, on_result=view.localized, on_error=report_error
-                )
-            if not failing:
-                view.localized(None)
+    def hooks() -> None:
+        for hook in after_verdict:
+            hook(summary, adapter, output)
 
-    return conclude(summary, view, prepared, after_verdict)
+    return conclude(summary, view, prepared, hooks if after_verdict else None)
 
 
 def conclude(
@@ -283,7 +309,7 @@ def conclude(
 ) -> Outcome:
     """The verdict table, then the report (never on the verdict's path: it cannot change it).
 
-    ``after_verdict`` runs between the two (``--localize``), so the report includes it.
+    ``after_verdict`` runs between the two, so the report includes what it wrote.
     """
     from xconf.report.writer import report_after_run
 

@@ -57,11 +57,16 @@ class XconfSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        from xconf.cli.multirun import run_sweep
         from xconf.session import OutcomeReceiver
+        from xconf.sweep_service import run_sweep
 
         if self.config is None or self.launcher is None or self.hydra_context is None:
             raise RuntimeError("XconfSweeper.sweep called before setup")
+        # The task is xconf-run's: it gives the sweep its view and receives its outcome
+        # (Hydra drops sweep()'s return value), so this plugin needs nothing of the CLI.
+        front = getattr(self.task_function, "__self__", self.task_function)
+        if not isinstance(front, OutcomeReceiver):
+            raise RuntimeError("the xconf sweeper runs only xconf-run's task (xconf-run -m)")
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides(arguments)
         config = self.config
@@ -78,11 +83,9 @@ class XconfSweeper(Sweeper):
             launch=self._launch,
             max_batch_size=self.max_batch_size,
             save_multirun=save_multirun,
+            view=front.sweep_view(),
         )
-        # The outcome goes back to the invocation's task (Hydra drops sweep()'s return value).
-        receiver = getattr(self.task_function, "__self__", self.task_function)
-        if isinstance(receiver, OutcomeReceiver):
-            receiver.receive(result.outcome)
+        front.receive(result.outcome)
         return result.returns
 
     def _launch(self, batch: list[list[str]], initial_job_idx: int) -> Sequence[JobReturn]:

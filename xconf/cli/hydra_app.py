@@ -11,7 +11,7 @@ inputs. Heavy imports (torch, the runner, the adapters) stay out of module level
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 from xconf import session
 from xconf.runtime.loading import conf_dir
 from xconf.session import EXIT_INVALID, EXIT_OK, Outcome
+
+if TYPE_CHECKING:
+    from xconf.cli.render import ConsoleView
 
 
 def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) -> Outcome:
@@ -31,21 +34,17 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
     def step() -> Outcome:
         reject_config_set_cli_keys(cfg, overrides, runtime_choice)
         spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
-        output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
         if cfg.mode == "plan":
+            output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
             return session.plan(spec, output_root=output_root, view=view)
-        from xconf.runtime.deadline import check_case_timeout
+        from xconf.cli.localize import after_verdict
 
         return session.run(
             spec,
             OmegaConf.to_container(cfg.runtime, resolve=True),  # type: ignore[arg-type]
-            output_root=output_root,
-            allow_smoke_operators=bool(cfg.allow_smoke_operators),
-            resume=bool(cfg.resume),
-            case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
+            session.RunOptions.from_config(cfg),
             view=view,
-            verbose=bool(cfg.get("verbose", False)),
-            localize=bool(cfg.get("localize")),
+            after_verdict=after_verdict(bool(cfg.get("localize")), view.localized),
         )
 
     return session.guarded(step)
@@ -59,13 +58,19 @@ def run_from_config(cfg: DictConfig, overrides: list[str], runtime_choice: str |
 class HydraTask:
     """The task Hydra calls: one per `xconf-run` invocation, holding that invocation's outcome.
 
-    Under ``-m`` Hydra runs the xconf sweeper instead; it hands the sweep's outcome back
-    through :meth:`receive` (the task is an :class:`~xconf.session.OutcomeReceiver`).
+    Under ``-m`` Hydra runs the xconf sweeper instead; it draws the sweep on
+    :meth:`sweep_view` and hands the sweep's outcome back through :meth:`receive` (the task
+    is an :class:`~xconf.session.OutcomeReceiver`).
     """
 
     def __init__(self) -> None:
         self.started = False
         self.outcome: Outcome | None = None
+
+    def sweep_view(self) -> ConsoleView:
+        from xconf.cli.render import ConsoleView
+
+        return ConsoleView()
 
     def receive(self, outcome: Outcome) -> None:
         self.started = True

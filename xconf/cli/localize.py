@@ -7,6 +7,7 @@ imports (torch, the engines) are deferred to the call: `xconf --help` stays ligh
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:  # only argparse at module level: `xconf --help` imports this 
     from rich.table import Table
 
     from xconf.localize.service import Localization
-    from xconf.session import Outcome
+    from xconf.session import AfterVerdict, Outcome
 
 
 def add_parser(sub: Any) -> None:
@@ -64,6 +65,19 @@ def show(result: Localization, console: Console) -> None:
     console.print(drift_table(result.document))
     console.print(f"wrote {result.path}")
     console.print(result.line, markup=False, highlight=False)
+
+
+def after_verdict(
+    localize: bool, on_result: Callable[[Localization | None], None]
+) -> tuple[AfterVerdict, ...]:
+    """The run's after-verdict hooks: with ``--localize`` (``localize=true``), every failing
+    case localized and drawn (``on_result``) before the report is written."""
+    if not localize:
+        return ()
+    from xconf.localize import service
+    from xconf.session import report_error
+
+    return (service.after_verdict(on_result, report_error),)
 
 
 def step(args: argparse.Namespace, view: Any) -> Outcome:

@@ -78,22 +78,25 @@ def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
 
 def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf import session
+    from xconf.cli.localize import after_verdict
     from xconf.config.strict import load_experiment_file
     from xconf.runtime.deadline import check_case_timeout
     from xconf.runtime.loading import runtime_config
 
     spec = load_experiment_file(args.file)
-    check_case_timeout(args.case_timeout)
-    return session.run(
-        spec,
-        runtime_config(args.runtime, args.overrides),
+    options = session.RunOptions(
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
         resume=not args.no_resume,
-        case_timeout_s=args.case_timeout,
-        view=view,
+        case_timeout_s=check_case_timeout(args.case_timeout),
         verbose=args.verbose,
-        localize=args.localize,
+    )
+    return session.run(
+        spec,
+        runtime_config(args.runtime, args.overrides),
+        options,
+        view=view,
+        after_verdict=after_verdict(args.localize, view.localized),
     )
 
 

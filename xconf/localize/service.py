@@ -1,8 +1,9 @@
 """``localize_case``: the whole localization of one case, from run directory to artifact;
-``localize_failing``: every failing case of a finished run (``--localize``).
+``localize_failing``: every failing case of a finished run; ``after_verdict``: that, as the
+hook a front end hands the run service for ``--localize``.
 
-The front-ends only parse arguments and draw results (``xconf/cli/localize.py``); the service
-(``xconf/session.py``) calls this module, never the CLI.
+The front-ends only parse arguments and draw results (``xconf/cli/localize.py``); the run
+service (``xconf/session.py``) calls the hook it is given and never imports this module.
 """
 
 from __future__ import annotations
@@ -171,3 +172,20 @@ def localize_failing(
             continue
         on_result(result)
     return len(failing)
+
+
+def after_verdict(
+    on_result: Callable[[Localization | None], None], on_error: Callable[[XconfError], None]
+) -> Callable[[Any, Any, OutputPolicy], None]:
+    """The ``--localize`` hook (a ``session.AfterVerdict``): every failing case of the run
+    localized with the run's adapter, each result to ``on_result``; ``on_result(None)``
+    when no case failed."""
+
+    def hook(summary: Any, adapter: Any, output: OutputPolicy) -> None:
+        # Localizing builds engines again: their output goes where the run's went.
+        with third_party_output(Path(summary.experiment_dir), output):
+            failing = localize_failing(summary, adapter, on_result=on_result, on_error=on_error)
+        if not failing:
+            on_result(None)
+
+    return hook
