@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "PairedRunner": "xconf.runner",
-    "RunSummary": "xconf.runner",
+    "RunSummary": "xconf.case_record",
     "build_execution_plan": "xconf.execution_plan",
     "load_experiment_file": "xconf.config.strict",
     "parse_experiment": "xconf.config.strict",
@@ -29,10 +29,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from xconf.case_record import RunSummary
     from xconf.config.strict import load_experiment_file, parse_experiment
     from xconf.execution_plan import build_execution_plan
     from xconf.planner import plan_experiment
-    from xconf.runner import PairedRunner, RunSummary
+    from xconf.runner import PairedRunner
 
 
 def __getattr__(name: str) -> Any:

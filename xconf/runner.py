@@ -15,7 +15,7 @@ import torch
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors
+from xconf.case_documents import TENSOR_SCHEMA, case_documents
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
@@ -55,16 +55,7 @@ from xconf.runtime.ranks import from_rank0, rank
 from xconf.verify_verdict import rejudge_attempt
 
 XCONF_VERSION = provenance.XCONF_VERSION
-# Importers of the run's records and of the tensor schema find them here too.
-__all__ = [
-    "TENSOR_SCHEMA",
-    "CaseRecord",
-    "EngineCache",
-    "PairedRunner",
-    "RunSummary",
-    "frozen_inputs",
-    "score_tensors",
-]
+__all__ = ["PairedRunner", "frozen_inputs"]
 
 
 def frozen_inputs(identity: Identity) -> FrozenInputs:

@@ -8,8 +8,8 @@ from typing import Any
 
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.artifacts.store import ExperimentStore
+from xconf.case_record import RunSummary
 from xconf.config.strict import parse_experiment
-from xconf.runner import RunSummary
 from xconf.session import prepare, run_prepared
 
 

@@ -10,9 +10,9 @@ from typing import Any
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
 from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
+from xconf.case_record import RunSummary
 from xconf.config.strict import parse_experiment
 from xconf.localize.sides import side_module
-from xconf.runner import RunSummary
 from xconf.session import prepare, run_prepared
 
 LAYERS = 4

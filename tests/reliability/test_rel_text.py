@@ -25,8 +25,8 @@ MESSAGE = "CUDA error at [/dev/nvidia0]: device lost [bold]not markup[/bold] [li
 
 
 def test_runtime_messages_print_verbatim() -> None:
+    from xconf.case_record import CaseRecord, RunSummary
     from xconf.cli.render import make_console, print_reasons, verdict_table
-    from xconf.runner import CaseRecord, RunSummary
 
     record = CaseRecord(
         case_id="c-0123456789abcdef",

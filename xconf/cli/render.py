@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from xconf.case_record import CaseRecord, RunSummary
     from xconf.execution_plan import ExecutionPlan
     from xconf.localize.service import Localization
-    from xconf.runner import CaseRecord, RunSummary
     from xconf.session import Prepared
 
 RESULT_STYLE = {

@@ -98,7 +98,7 @@ class AttemptPayload:
 @dataclass(frozen=True)
 class StoredCase:
     """One case as found on disk: its attempts and the one the report shows (a run's
-    verdict rows are ``xconf.runner.CaseRecord``)."""
+    verdict rows are ``xconf.case_record.CaseRecord``)."""
 
     case_id: str
     plan_row: PlanRow | None
