@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,5 +111,43 @@ def test_threshold_in_an_override_string_value_is_refused(s0_doc) -> None:
     assert info.value.path == "scenario.description"
 
 
+# Parses a document from stdin and prints what the run is keyed on: the spec, its identity
+# digest and the planned case ids.
+_PARSE = """
+import json, sys
+from xconf.config.strict import parse_experiment
+from xconf.planner import plan_experiment
+spec = parse_experiment(json.load(sys.stdin))
+ids = [case.case_id for case in plan_experiment(spec).cases]
+print(json.dumps([repr(spec), spec.identity.digest(), ids]))
+"""
+
+
+def _reordered(value: Any) -> Any:
+    """The same document with every mapping's keys in reverse order (lists keep theirs)."""
+    if isinstance(value, dict):
+        return {k: _reordered(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
 def test_parsing_is_deterministic(s0_doc) -> None:
-    assert parse_experiment(s0_doc) == parse_experiment(s0_doc)
+    """The same document gives the same spec, identity digest and case ids in another process
+    (another hash seed) and with its mappings' keys in another order."""
+    outputs = []
+    for seed, doc in (("1", s0_doc), ("2", _reordered(s0_doc))):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run(
+            [sys.executable, "-c", _PARSE],
+            input=json.dumps(doc),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        outputs.append(json.loads(proc.stdout))
+    assert outputs[0] == outputs[1]
+    spec = parse_experiment(s0_doc)
+    assert outputs[0][0] == repr(spec) and outputs[0][1] == spec.identity.digest()
+    assert parse_experiment(_reordered(s0_doc)) == spec

@@ -118,9 +118,25 @@ def test_pre_build_check_refuses_ignored_settings_before_building() -> None:
 
 
 def test_pre_build_check_leaves_unobservable_to_readback() -> None:
+    """Under strict execution an unobservable setting is judged on what the built engine
+    reads back: the pre-build check lets it through, while it still refuses, on the same
+    side, a setting it already knows is replaced."""
     binding = _bindings({})[0]
-    rollout = replace(binding.rollout, knobs=(app(status="unobservable"),))
-    check_pre_build(replace(binding, rollout=rollout), strict_fallback=True)
+    unobservable = app(status="unobservable")
+    # Judged now, it would be refused: the pre-build check defers it on purpose.
+    assert strict_violations((unobservable,), strict_fallback=True)
+    deferred = replace(binding.rollout, knobs=(unobservable,))
+    check_pre_build(replace(binding, rollout=deferred), strict_fallback=True)
+    replaced = app(path="rollout.tensor_parallel_size", status="fallback")
+    both = replace(binding.rollout, knobs=(unobservable, replaced))
+    with pytest.raises(RuntimeMaterializationError) as info:
+        check_pre_build(replace(binding, rollout=both), strict_fallback=True)
+    assert info.value.path == "rollout:rollout.tensor_parallel_size"
+    assert "rollout.dtype" not in info.value.message
+    # Readback is where it is judged: an engine that exposes nothing leaves it refused.
+    (after,) = apply_readback(deferred, {})
+    assert after.status == "unobservable"
+    assert strict_violations((after,), strict_fallback=True)
 
 
 # -- fingerprints ----------------------------------------------------------------------------

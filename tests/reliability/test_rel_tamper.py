@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from tests.reliability.relhelpers import (
@@ -269,18 +270,32 @@ def test_resealed_forgeries_are_caught_by_verify(
     )
 
 
+def _parses(name: str, blob: bytes) -> bool:
+    """Whether ``blob`` still parses as payload ``name`` (JSON as UTF-8, else safetensors)."""
+    try:
+        if name.endswith(".json"):
+            json.loads(blob.decode("utf-8"))
+        else:
+            load_tensors(blob)
+    except Exception:  # any parser error: the payload is unreadable
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_verify_never_crashes_on_resealed_garbage(
     pristine: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Random edits to any payload, re-sealed so they pass the digest check: verify reports,
-    never raises (the seal no longer shields the parsers of comparison.json and tensors)."""
+    never raises (the seal no longer shields the parsers of comparison.json and tensors).
+    An edit that leaves the bytes as they were is valid; one that leaves a payload that no
+    longer parses is damaged, with a reason; and the fuzz really damages attempts."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
     _, source = pristine
     counter = iter(range(10**6))
-    seen = {"damaged": 0, "valid": 0}
+    seen = {"damaged": 0, "valid": 0, "unchanged": 0, "unparseable": 0}
 
     @settings(
         max_examples=scaled(60, 60),
@@ -299,7 +314,7 @@ def test_verify_never_crashes_on_resealed_garbage(
         root = tmp_path / f"g{next(counter)}"
         shutil.copytree(source / EXP, root / EXP, symlinks=True)
         attempt = sorted((root / EXP / "cases").iterdir())[0] / "a-0001"
-        blob = (attempt / name).read_bytes()
+        original = blob = (attempt / name).read_bytes()
         at = where % (len(blob) + 1)
         if how == "replace":
             blob = blob[:at] + data + blob[at + len(data) :]
@@ -311,8 +326,17 @@ def test_verify_never_crashes_on_resealed_garbage(
         (attempt / name).write_bytes(blob)
         _reseal(attempt)
         finding = next(f for f in verify_run(root / EXP).findings if f.attempt_id == "a-0001")
+        assert finding.status in ("damaged", "valid"), finding
         seen["damaged" if finding.status == "damaged" else "valid"] += 1
+        if blob == original:
+            seen["unchanged"] += 1
+            assert finding.status == "valid", (name, how, finding)
+        elif not _parses(name, blob):
+            seen["unparseable"] += 1
+            assert finding.status == "damaged" and finding.reason, (name, how, finding)
         shutil.rmtree(root)
 
     fuzz()
-    report("verify_fuzz", f"verify survived {sum(seen.values())} re-sealed garbage edits", seen)
+    assert seen["damaged"] > 0 and seen["unparseable"] > 0, seen  # the edits really bit
+    edits = seen["damaged"] + seen["valid"]
+    report("verify_fuzz", f"verify survived {edits} re-sealed garbage edits", seen)
