@@ -4,7 +4,6 @@ time) and, in-process through the same `main()`, the calls that never start a jo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,24 +12,12 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import REPO, S3_JSON
+from tests.commands import xconf_run
+from tests.conftest import S3_JSON
 
 
 def _xconf_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-        "COLUMNS": "200",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "xconf.cli.hydra_app", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return xconf_run(cwd, *args, timeout=300)
 
 
 SNEAKY = "# @package _global_\ndefaults:\n  - cpu_smoke\n  - _self_\nmode: plan\n"

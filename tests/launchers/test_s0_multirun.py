@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+
+from tests import commands
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["+experiment=cpu_smoke", "allow_smoke_operators=true", "interventions=[]"]
@@ -20,17 +20,7 @@ SHARDING = "training.sharding=unsharded,fsdp"  # fsdp: a case whose topology nee
 def xconf_run(
     cwd: Path, *overrides: str, multirun: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "xconf.cli.hydra_app",
-        *(["-m"] if multirun else []),
-        *overrides,
-    ]
-    return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    return commands.xconf_run(cwd, *(["-m"] if multirun else []), *overrides)
 
 
 def case_dirs(root: Path, experiment: str = "cpu-smoke") -> dict[str, Path]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.bitwise import bits
 from xconf.ops.logprob import native
 from xconf.ops.logprob.impls import resolve_impl
 
@@ -27,10 +28,6 @@ def _reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     m = xd.amax(-1)
     shift = torch.where(m == NEG_INF, 0.0, m)
     return m, torch.exp(xd - shift[:, None]).sum(-1)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 def _rows(rows: int, width: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
@@ -65,7 +62,7 @@ def test_special_values(variant: native.Variant, dtype: torch.dtype) -> None:
     x[4, :] = -1e4 if dtype == torch.float16 else -1e30  # far below any exp range
     x[4, 5] = 0.0
     m, s = kernel.row_partials(x)
-    assert m[0] == NEG_INF and _bits(s[:1]).item() == 0
+    assert m[0] == NEG_INF and bits(s[:1]).item() == 0
     ref_m, ref_s = _reference(x[1:2])
     assert m[1] == ref_m.item() and abs(s[1].item() / ref_s.item() - 1) <= 1e-6
     assert torch.isnan(s[2]) and torch.isnan(s[3])
@@ -85,13 +82,13 @@ def test_row_bits_do_not_depend_on_batch_offset_or_threads(variant: native.Varia
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
             m, s = kernel.row_partials(x)
-            assert torch.equal(_bits(m), _bits(ref_m)) and torch.equal(_bits(s), _bits(ref_s))
+            assert torch.equal(bits(m), bits(ref_m)) and torch.equal(bits(s), bits(ref_s))
     finally:
         torch.set_num_threads(before)
     for start, size in ((0, 1), (17, 1), (40, 63), (250, 50)):
         m, s = kernel.row_partials(x[start : start + size])
-        assert torch.equal(_bits(s), _bits(ref_s[start : start + size])), (start, size)
-        assert torch.equal(_bits(m), _bits(ref_m[start : start + size])), (start, size)
+        assert torch.equal(bits(s), bits(ref_s[start : start + size])), (start, size)
+        assert torch.equal(bits(m), bits(ref_m[start : start + size])), (start, size)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -112,8 +109,8 @@ def test_pipelined_rows_equal_rows_reduced_alone(
         m, s = kernel.row_partials(x)
         for i in range(x.shape[0]):
             alone_m, alone_s = kernel.row_partials(x[i : i + 1].clone())
-            assert torch.equal(_bits(m[i : i + 1]), _bits(alone_m)), (width, i)
-            assert torch.equal(_bits(s[i : i + 1]), _bits(alone_s)), (width, i)
+            assert torch.equal(bits(m[i : i + 1]), bits(alone_m)), (width, i)
+            assert torch.equal(bits(s[i : i + 1]), bits(alone_s)), (width, i)
 
 
 def test_best_and_portable_builds_agree_within_tolerance() -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from _logprob_workers import NUM_TILES, inputs
 
+from tests.bitwise import bits
 from xconf.ops.logprob.contract import (
     LogprobContract,
     MaskSpec,
@@ -49,10 +50,6 @@ def _reference(
     return torch.where(active, picked, 0.0), lse
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_accuracy_against_float64(dtype: torch.dtype) -> None:
     logits, target, active, _ = inputs(250, 256, dtype)
@@ -68,16 +65,16 @@ def test_batch_invariance_and_repeatability() -> None:
     logits, target, active, _ = inputs(250, 256, torch.float32)
     full, full_lse = _score(logits, target, active)
     again, _ = _score(logits, target, active)
-    assert torch.equal(_bits(full), _bits(again))
+    assert torch.equal(bits(full), bits(again))
     for i in range(logits.shape[0]):
         alone, alone_lse = _score(logits[i : i + 1], target[i : i + 1], active[i : i + 1])
-        assert torch.equal(_bits(alone), _bits(full[i : i + 1])), i
-        assert torch.equal(_bits(alone_lse), _bits(full_lse[i : i + 1])), i
+        assert torch.equal(bits(alone), bits(full[i : i + 1])), i
+        assert torch.equal(bits(alone_lse), bits(full_lse[i : i + 1])), i
     order = torch.randperm(logits.shape[0], generator=torch.Generator().manual_seed(1))
     big = torch.cat([logits[order]] * 40)  # 520 rows: several fixed row blocks
     shuffled, _ = _score(big, torch.cat([target[order]] * 40), torch.cat([active[order]] * 40))
-    assert torch.equal(_bits(shuffled[: len(order)]), _bits(full[order]))
-    assert torch.equal(_bits(shuffled[-len(order) :]), _bits(full[order]))
+    assert torch.equal(bits(shuffled[: len(order)]), bits(full[order]))
+    assert torch.equal(bits(shuffled[-len(order) :]), bits(full[order]))
 
 
 @pytest.mark.parametrize("scope", ["cross_tp_bitwise", "fixed_topology"])
@@ -192,6 +189,6 @@ def test_batch_invariance_across_row_counts_and_offsets(impl: str) -> None:
         lp, lse = _score(y, target[part], active[part], impl=impl)
         lp.sum().backward()
         assert y.grad is not None
-        assert torch.equal(_bits(lp), _bits(full[part])), (start, size)
-        assert torch.equal(_bits(lse), _bits(full_lse[part])), (start, size)
-        assert torch.equal(_bits(y.grad), _bits(x.grad[part])), (start, size)
+        assert torch.equal(bits(lp), bits(full[part])), (start, size)
+        assert torch.equal(bits(lse), bits(full_lse[part])), (start, size)
+        assert torch.equal(bits(y.grad), bits(x.grad[part])), (start, size)

@@ -9,14 +9,7 @@ import pytest
 import torch
 from _logprob_workers import DTYPES, IMPLS, VOCABS, run_world, score_all, score_impls
 
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous()
-    return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+from tests.bitwise import same_bits
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +28,11 @@ def _check_world(results: list[dict[str, Any]], tp1: dict[str, Any], world: int)
                 key = f"{name}/{dtype}/{attempt}"
                 for rank in range(world):
                     lp, lse, _ = results[rank][key]
-                    assert _same_bits(lp, ref_lp), (key, rank, "logprob")
-                    assert _same_bits(lse, ref_lse), (key, rank, "lse")
+                    assert same_bits(lp, ref_lp), (key, rank, "logprob")
+                    assert same_bits(lse, ref_lse), (key, rank, "lse")
                 grad = torch.cat([results[r][key][2] for r in range(world)], dim=1)
                 assert grad.shape[1] == bounds[-1][1]
-                assert _same_bits(grad, ref_grad), (key, "grad")
+                assert same_bits(grad, ref_grad), (key, "grad")
 
 
 @pytest.mark.slow

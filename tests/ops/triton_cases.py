@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 
+from tests.bitwise import bits
 from xconf.ops.logprob.contract import LogprobContract, ShardingSpec
 from xconf.ops.logprob.simulate import simulated_forward
 from xconf.ops.logprob.triton_kernels import kernel
@@ -21,10 +22,6 @@ DEVICE = os.environ.get("XCONF_TEST_DEVICE", "cpu")
 NEG_INF, NAN = float("-inf"), float("nan")
 # fp32 logprob threshold; bf16 logits are read exactly, so it holds for them too.
 THRESHOLD = 1e-5
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 def _inputs(
@@ -78,8 +75,8 @@ def test_operator_matches_float64_and_bits_hold_across_tp(dtype: torch.dtype) ->
             for w in (1, 2, 4, 8)
         ]  # fmt: skip
         for lp, lse in runs[1:]:
-            assert torch.equal(_bits(lp), _bits(runs[0][0]))
-            assert torch.equal(_bits(lse), _bits(runs[0][1]))
+            assert torch.equal(bits(lp), bits(runs[0][0]))
+            assert torch.equal(bits(lse), bits(runs[0][1]))
         ref = _reference(logits, target, real)
         assert (runs[0][0].double() - torch.where(active, ref, 0.0)).abs().max() <= THRESHOLD
 
@@ -95,12 +92,12 @@ def test_real_operator_equals_simulation_batch_invariance_and_gradients() -> Non
     sim_lp, sim_lse = simulated_forward(
         logits, target, active, real_vocab_size=real, world=1, impl="triton", num_vocab_tiles=8
     )
-    assert torch.equal(_bits(lp.detach()), _bits(sim_lp))
-    assert torch.equal(_bits(lse.detach()), _bits(sim_lse))
+    assert torch.equal(bits(lp.detach()), bits(sim_lp))
+    assert torch.equal(bits(lse.detach()), bits(sim_lse))
     alone, _ = vocab_parallel_selected_logprob(
         logits[3:4], target[3:4], active[3:4], contract=contract, num_vocab_tiles=8, impl="triton"
     )
-    assert torch.equal(_bits(alone), _bits(lp.detach()[3:4]))
+    assert torch.equal(bits(alone), bits(lp.detach()[3:4]))
     # The same logits from a base 4 bytes off 16-byte alignment: the same code, same bits.
     storage = torch.empty(logits.numel() + 1, dtype=logits.dtype, device=logits.device)
     shifted = storage[1:].view_as(logits)
@@ -108,7 +105,7 @@ def test_real_operator_equals_simulation_batch_invariance_and_gradients() -> Non
     moved, _ = vocab_parallel_selected_logprob(
         shifted, target, active, contract=contract, num_vocab_tiles=8, impl="triton"
     )
-    assert torch.equal(_bits(moved), _bits(lp.detach()))
+    assert torch.equal(bits(moved), bits(lp.detach()))
     lp.sum().backward()
     y = logits[:, :real].double().requires_grad_()
     ref = y.gather(1, target[:, None]).squeeze(1) - torch.logsumexp(y, -1)

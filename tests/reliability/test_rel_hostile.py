@@ -23,12 +23,9 @@ import pytest
 
 from tests.reliability.relhelpers import (
     REPO,
-    RUN_FLAGS,
     child_env,
-    cli,
     cli_output,
     report,
-    write_experiment,
 )
 from xconf.artifacts.layout import PAYLOAD_FILES
 from xconf.artifacts.store import ExperimentStore
@@ -36,15 +33,6 @@ from xconf.verify import EXIT_DAMAGED, EXIT_INCOMPLETE, EXIT_VALID, verify_run
 
 EXP = "rel-s0"
 LIMIT_S, LIMIT_MIB = 5.0, 200.0
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("hostile")
-    experiment = write_experiment(base)
-    root = base / "pristine"
-    assert cli("run", experiment, *RUN_FLAGS, "--output-root", root) == 1
-    return experiment, root
 
 
 def _first_attempt(exp: Path) -> Path:

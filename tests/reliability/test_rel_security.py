@@ -28,7 +28,6 @@ from tests.reliability.relhelpers import (
     cli_output,
     report,
     snapshot,
-    write_experiment,
 )
 from xconf.artifacts.store import ExperimentStore
 from xconf.errors import ArtifactError
@@ -43,15 +42,6 @@ class _Bomb:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (builtins.open, (self.marker, "w"))
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("security")
-    experiment = write_experiment(base)
-    root = base / "pristine"
-    assert cli("run", experiment, *RUN_FLAGS, "--output-root", root) == 1
-    return experiment, root
 
 
 def test_malicious_pickles_are_never_loaded(

@@ -31,7 +31,6 @@ from tests.reliability.relhelpers import (
     scaled,
     snapshot,
     unchanged,
-    write_experiment,
 )
 from xconf.artifacts.store import PAYLOAD_FILES, SEAL_NAME, read_tensors
 from xconf.verify import EXIT_DAMAGED, EXIT_VALID, verify_run
@@ -76,15 +75,6 @@ MUTATIONS: dict[str, Callable[[Path], None]] = {
 }
 EXTRA_ENTRIES = ("notes.txt", ".hidden", "score_rollout.pt", "COMPLETE.bak", "subdir/")
 TARGETS = (*PAYLOAD_FILES, SEAL_NAME)
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("tamper")
-    experiment = write_experiment(base)
-    root = base / "pristine"
-    assert cli("run", experiment, *RUN_FLAGS, "--output-root", root) == 1
-    return experiment, root
 
 
 def _tampers() -> list[tuple[str, str]]:

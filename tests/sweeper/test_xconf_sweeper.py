@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
+
+from tests import commands
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["+experiment=cpu_smoke", "allow_smoke_operators=true"]
@@ -20,19 +20,8 @@ SMOKE = ["+experiment=cpu_smoke", "allow_smoke_operators=true"]
 def xconf_run(
     tmp_path: Path, *overrides: str, sweep_dir: str = "mr"
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [
-        sys.executable,
-        "-m",
-        "xconf.cli.hydra_app",
-        "-m",
-        *overrides,
-        f"output_root={tmp_path / 'out'}",
-        f"hydra.sweep.dir={tmp_path / sweep_dir}",
-    ]
-    return subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    out, sweep = f"output_root={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / sweep_dir}"
+    return commands.xconf_run(tmp_path, "-m", *overrides, out, sweep, timeout=300)
 
 
 def plan_rows(tmp_path: Path, experiment: str = "cpu-smoke") -> list[dict]:
