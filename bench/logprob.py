@@ -114,7 +114,7 @@ def _interleaved(
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-# Printed with every run: why there is one production path (issue #15 item 2).
+# Printed with every run, so a reader of the figures sees why there is one production path.
 FAST_PATH_REMOVED = (
     "fast path (deterministic=False, xconf.vocab_parallel_logp_fast) removed: not faster than "
     "the deterministic path at every TP degree (idle 2-core machine, N=2048 V=151936 fp32, "

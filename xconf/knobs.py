@@ -157,7 +157,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
                 "both",
                 "selected-logprob backend on both sides",
             ),
-            # -- extended knobs (issue #16): Hydra experiments and v2 documents only --------
+            # -- extended knobs (beyond the drift contract): Hydra and v2 documents only ----
             KnobSpec(
                 "rollout.kv_cache_dtype",
                 "engine_construction",

@@ -1,4 +1,4 @@
-"""The extended knobs (issue #16) through the vllm_hf runtime on CPU: each value reaches the
+"""The extended knobs through the vllm_hf runtime on CPU: each value reaches the
 live engine and is read back, or is recorded ``unsupported`` with the engine's reason."""
 
 from __future__ import annotations

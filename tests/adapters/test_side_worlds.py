@@ -1,4 +1,4 @@
-"""Each side's process group is fixed by its own knobs (issue #12 item 6).
+"""Each side's process group is fixed by its own knobs.
 
 A rollout ``tensor_parallel_size=4`` case launches 4 ranks; the training side must still
 shard over the baseline's FSDP group of 2 (a sub-group of the launched world), not over all

@@ -1,5 +1,6 @@
-"""The extended knobs (issue #16): v1 keeps the contract's allowlist, v2 and Hydra take more;
-the vllm_hf runtime's materialization of each is truthful (pure: no engine is built)."""
+"""The extended knobs (beyond the drift contract): v1 keeps the contract's allowlist, v2 and
+Hydra take more; the vllm_hf runtime's materialization of each is truthful (pure: no engine
+is built)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Campaign 6, hostile files, verify's classification and text from the disk (#13.2-5, #12.10).
+"""Campaign 6, hostile files, verify's classification and text from the disk.
 
 Every reader opens only bounded regular files: a 1 KB COMPLETE of ``[``, a deeply nested
 plan.jsonl line, a FIFO in place of plan.jsonl or experiment.json and a 1 GB sparse
@@ -129,7 +129,7 @@ def test_hostile_files_are_coded_damage_fast_and_small(
     )
 
 
-# -- verify: history is not damage, error is not a verdict (#12.10, #13.2) ------------------
+# -- verify: history is not damage, error is not a verdict --------------------------------
 
 
 def _copy(source: Path, tmp_path: Path) -> Path:
@@ -240,7 +240,7 @@ def test_forged_diagnostics_are_recomputed(pristine: tuple[Path, Path], tmp_path
     report("diagnostics", f"{len(caught)}/4 forged diagnostics caught by recomputation", caught)
 
 
-# -- markup: text from the disk is shown verbatim (#13.5) --------------------------------------
+# -- markup: text from the disk is shown verbatim ----------------------------------------------
 
 
 def test_directory_entries_print_verbatim(pristine: tuple[Path, Path], tmp_path: Path) -> None:

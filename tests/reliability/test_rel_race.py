@@ -1,4 +1,4 @@
-"""Campaign 7, symlink races (#13.4): writes go through directory descriptors, never paths.
+"""Campaign 7, symlink races: writes go through directory descriptors, never paths.
 
 An attempt directory swapped for a symlink right after its creation, a symlink planted at
 the torchrun launcher's launch.json and at report.html: nothing is ever written outside

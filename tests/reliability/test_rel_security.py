@@ -148,7 +148,7 @@ def test_symlinks_are_never_followed_when_writing(
         assert where == "attempt"
         assert (case / "a-0003" / "COMPLETE").is_file()
         found = {(f.case_id, f.attempt_id): f.status for f in verify_run(exp).findings}
-        # a damaged attempt with a valid later one is history: shown, superseded (#12.10)
+        # a damaged attempt with a valid later one is history: shown, superseded
         assert found[(case.name, "a-0002")] == "superseded"
 
 

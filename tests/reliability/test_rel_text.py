@@ -1,4 +1,4 @@
-"""Campaign 8, odd text and odd ids (#13.5, #13.6): printed verbatim, matched in full.
+"""Campaign 8, odd text and odd ids: printed verbatim, matched in full.
 
 A runtime message with ``[/dev/nvidia0]`` in it must neither raise rich's MarkupError nor
 lose its brackets; an id with a trailing newline is refused; an output path component over

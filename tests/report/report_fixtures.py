@@ -68,7 +68,8 @@ def threshold_for(rollout: str, training: str) -> tuple[float, str, str]:
 
 
 def compare(spec: CaseSpec, case_id: str, attempt_id: str) -> tuple[dict[str, Any], dict]:
-    """The verdict exactly as design §1 states it, and the token-diff tensors."""
+    """The verdict by the contract's rule, computed here independently of xconf (numpy), and
+    the token-diff tensors."""
     threshold, dtype, rule = threshold_for(spec.rollout_dtype, spec.training_dtype)
     rollout = spec.rollout.astype(np.float32)
     training = spec.training.astype(np.float32)

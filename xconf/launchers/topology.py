@@ -1,10 +1,11 @@
 """Derive a case's process topology (world size) from its process-lifecycle knobs.
 
-World size is derived and recorded, never set: DESIGN.md §3 lists
-``rollout.tensor_parallel_size``, ``rollout.context_parallel_size`` and ``training.sharding``
-as the knobs that take effect at process lifecycle. The per-side rule lives in
-:func:`xconf.knobs.side_worlds` (each side's group is fixed by its own knobs); the launcher
-starts enough ranks for the larger side and each side runs on a sub-group of them.
+World size is derived and recorded, never set: ``rollout.tensor_parallel_size``,
+``rollout.context_parallel_size`` and ``training.sharding`` are the knobs that take effect at
+process lifecycle (``KNOBS[path].lifecycle == "process"``), so they alone fix it. The
+per-side rule lives in :func:`xconf.knobs.side_worlds` (each side's group is fixed by its
+own knobs); the launcher starts enough ranks for the larger side and each side runs on a
+sub-group of them.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
-    # Extended knobs (issue #16); None leaves the engine's own default in place.
+    # Extended knobs (beyond the drift contract); None leaves the engine's own default.
     kv_cache_dtype: str = "auto"
     enable_chunked_prefill: bool | None = None
     max_num_batched_tokens: int | None = None

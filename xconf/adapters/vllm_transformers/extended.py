@@ -1,4 +1,5 @@
-"""The extended knobs (issue #16) on the vllm_hf runtime: what this machine can honour.
+"""The extended knobs (beyond the drift contract's allowlist) on the vllm_hf runtime: what
+this machine can honour.
 
 Each entry maps a requested value to its materialized record, or to ``unsupported`` with
 the engine's own reason; the engines then read the live value back (``rollout.*`` from the

@@ -1,4 +1,4 @@
-"""Where each side of a vllm_hf case runs inside the launched world (issue #12 item 6).
+"""Where each side of a vllm_hf case runs inside the launched world.
 
 The launched world has the larger side's ranks (:func:`xconf.knobs.side_worlds`); the rollout
 engine and the training scorer each occupy their own ranks ``0 .. size - 1`` of it.
