@@ -111,7 +111,7 @@ class PairedRunner:
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
         return {
-            "xconf": XCONF_VERSION,
+            "xconf": provenance.xconf_version(),
             "torch": torch.__version__,
             "python": platform.python_version(),
             **dict(self.adapter.environment()),
@@ -133,6 +133,7 @@ class PairedRunner:
             self._provenance = {
                 "runtime": provenance.runtime_identity(self.adapter),
                 "engines": provenance.engine_versions(),
+                "engine_distributions": provenance.engine_distributions(),
             }
         factories = tuple(
             sorted(
