@@ -183,6 +183,12 @@ class RolloutEngine(_SyntheticEngine):
         self._prefix_cache: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.prefix_hits = 0
 
+    def reset_state(self) -> None:
+        """Forget every cached KV block (the engine cache calls it before reusing the engine):
+        a case's scores never depend on what the engine scored for the cases before it."""
+        self._prefix_cache.clear()
+        self.prefix_hits = 0
+
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
             "rollout.vocab_layout": self.vocab_layout(),
