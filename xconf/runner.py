@@ -14,8 +14,7 @@ import torch
 
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
-from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors
+from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors, static_documents
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
@@ -35,22 +34,30 @@ from xconf.operator_catalog import (
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
-from xconf.runtime import provenance
+from xconf.runtime import provenance, rederive
 from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
 from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
     check_pre_build,
+    confounded,
     failed_readback,
     not_applied,
+    ran_dtypes,
     refusal,
     split_readback,
     strict_violations,
     unreached_applications,
     with_fingerprints,
 )
-from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding, SideScore
+from xconf.runtime.protocol import (
+    FrozenInputs,
+    KnobApplication,
+    RuntimeAdapter,
+    RuntimeBinding,
+    SideScore,
+)
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.runtime.rejudge import rejudge_attempt
 
@@ -149,7 +156,9 @@ class PairedRunner:
     def execution_key(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
     ) -> str:
-        return canonical_digest(
+        """The digest of :data:`rederive.KEY_FIELDS`, each stored in a record of the attempt
+        (so ``xconf verify`` recomputes it from them)."""
+        return rederive.execution_key(
             {
                 "case": case.case.case_id,
                 "identity": identity.digest(),
@@ -162,6 +171,21 @@ class PairedRunner:
                 "comparison": self.contract.identity(),
                 "tensors": TENSOR_SCHEMA,
             }
+        )
+
+    def current_records(
+        self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding, inputs: Any
+    ) -> rederive.Current:
+        """What this run would record for the case now: resume compares the stored ones."""
+        static = static_documents(
+            case, binding, identity, self.changed(case), self.plan.plan.spec.strict_fallback
+        )
+        return rederive.Current(
+            requested=static["requested.json"],
+            materialized=static["materialized.json"],
+            identity=static["identity.json"],
+            environment=self._environment(),
+            provenance={**self.provenance(case), "inputs": input_digests(inputs)},
         )
 
     # -- running ------------------------------------------------------------------------------
@@ -200,15 +224,21 @@ class PairedRunner:
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
-            threshold = self._threshold(case.case.knob_dict()).value
+            current = self.current_records(case, identity, binding, inputs)
 
             def judged_again(check: Any) -> bool:
                 # A seal proves the bytes are the ones sealed, not that the verdict is right:
-                # re-judge from the stored tensors; a disagreement is damage, and rescored.
-                problem = rejudge_attempt(check.path, check.seal, threshold)
-                if problem is not None:
-                    damaged.append({"attempt_id": check.attempt_id, "reason": problem})
-                return problem is None
+                # re-judge from the stored tensors and re-derive the records from this run;
+                # any disagreement is damage, and the case is scored again.
+                problems = rederive.record_problems(check.path, check.seal, current)
+                if not problems:
+                    threshold = self._threshold(stored_dtypes(check.path, case)).value
+                    problem = rejudge_attempt(check.path, check.seal, threshold)
+                    problems = [problem] if problem is not None else []
+                if problems:
+                    reason = "; ".join(problems)
+                    damaged.append({"attempt_id": check.attempt_id, "reason": reason})
+                return not problems
 
             reusable = self.store.find_reusable(case.case.case_id, key, accept=judged_again)
             if reusable is not None:
@@ -236,18 +266,18 @@ class PairedRunner:
             return dict(row["changed"])
         return dict(case.case.changed)
 
-    def _threshold(self, knobs: Mapping[str, Any]) -> Any:
-        return self.contract.threshold_for(
-            side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
-        )
+    def _threshold(self, dtypes: tuple[str, str]) -> Any:
+        return self.contract.threshold_for(*dtypes)
 
     def _score(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         knobs = case.case.knob_dict()
-        threshold = self._threshold(knobs)
+        dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+        threshold = self._threshold(dtypes)
         actual: dict[str, Any] = {
             "sides": {},
+            "environment": self._environment(),
             "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
         }
         scores: dict[str, SideScore] = {}
@@ -255,6 +285,10 @@ class PairedRunner:
         try:
             with case_deadline(self.case_timeout_s):
                 self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
+            # Judged at the threshold of the dtypes the engines ran (read back), which differ
+            # from the requested ones only when a dtype fell back without strict execution.
+            dtypes = ran_dtypes(_ran(actual), dtypes)
+            threshold = self._threshold(dtypes)
             outcome = compare(
                 inputs,
                 identity.digest(),
@@ -287,22 +321,33 @@ class PairedRunner:
             else:
                 outcome = error_outcome(threshold, self.contract, error)
         declared = sorted(self.changed(case))
-        skipped = actual.get("not_applied", [])
+        skipped = actual.pop("not_applied", [])
+        mixed = confounded(_ran(actual), frozenset(declared))
+        if outcome.document["result"] == "error":
+            skipped = mixed = []  # nothing was measured: the error's reason says why
         outcome.document["intervention"] = {
             "declared": declared,
             "applied": not skipped,
             "not_applied": skipped,
+            "confounded": mixed,
         }
+        if mixed and outcome.document.get("reason") is None:
+            outcome.document["reason"] = confounded_reason(mixed)
         outcome.document.update(
-            case_id=case.case.case_id,
-            rollout_dtype=side_dtype(knobs, "rollout"),
-            training_dtype=side_dtype(knobs, "training"),
+            case_id=case.case.case_id, rollout_dtype=dtypes[0], training_dtype=dtypes[1]
         )
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
         actual["wall_s"] = time.perf_counter() - case_started
         documents, tensors = case_documents(
-            case, binding, identity, knobs, self.changed(case), actual, scores, outcome
+            case,
+            binding,
+            identity,
+            self.changed(case),
+            self.plan.plan.spec.strict_fallback,
+            actual,
+            scores,
+            outcome,
         )
         return documents, tensors, outcome
 
@@ -348,6 +393,28 @@ class PairedRunner:
             if reasons:
                 raise refusal(reasons)
         actual["operator_provenance"] = list(session.provenance())
+
+
+def _ran(actual: Mapping[str, Any]) -> tuple[KnobApplication, ...]:
+    """The actual-stage knob records of both sides, as scored."""
+    return tuple(
+        KnobApplication(**row) for side in SIDES for row in actual.get("sides", {}).get(side, [])
+    )
+
+
+def confounded_reason(mixed: list[dict[str, Any]]) -> str:
+    names = ", ".join(f"{m['side']}:{m['path']} ({m['status']})" for m in mixed)
+    return f"confounded: not run as set (not the intervention): {names}"
+
+
+def stored_dtypes(path: Any, case: ExecutionCase) -> tuple[str, str]:
+    """The dtypes a stored attempt's engines ran, from its actual.json knob records."""
+    knobs = case.case.knob_dict()
+    requested = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+    try:
+        return ran_dtypes(_ran(read_json(path / "actual.json")), requested)
+    except (TypeError, KeyError, AttributeError, XconfError):
+        return requested
 
 
 def _record(
