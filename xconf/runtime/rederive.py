@@ -48,6 +48,14 @@ KEY_FIELDS: Mapping[str, str] = {
     "tensors": "the tensor schema of the score files (xconf.tensors.v1)",
 }
 ID_FIELDS = ("token_ids", "selected_token_ids", "active_mask")
+# The records the key's fields are read from.
+KEY_RECORDS = (
+    "requested.json",
+    "materialized.json",
+    "actual.json",
+    "identity.json",
+    COMPARISON_NAME,
+)
 
 
 def execution_key(fields: Mapping[str, Any]) -> str:
@@ -179,9 +187,8 @@ def record_problems(
     path: Path, seal: Mapping[str, Any], current: Current | None = None
 ) -> list[str]:
     """Every way the attempt's records disagree with themselves, its seal, or ``current``."""
-    names = (*("requested.json", "materialized.json", "actual.json", "identity.json"),)
     try:
-        docs = {name: read_json(path / name) for name in (*names, COMPARISON_NAME)}
+        docs = {name: read_json(path / name) for name in KEY_RECORDS}
     except Exception as exc:  # an unreadable record is damage, whatever the parser raised
         return [f"unreadable record: {type(exc).__name__}: {exc}"]
     if not all(isinstance(d, dict) for d in docs.values()):
