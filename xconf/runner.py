@@ -327,7 +327,8 @@ class PairedRunner:
             skipped = mixed = []  # nothing was measured: the error's reason says why
         outcome.document["intervention"] = {
             "declared": declared,
-            "applied": not skipped,
+            # A confounded case is not the one-knob case it claims: never evidence either.
+            "applied": not skipped and not mixed,
             "not_applied": skipped,
             "confounded": mixed,
         }

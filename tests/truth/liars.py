@@ -125,3 +125,14 @@ class ReadbackRaises(Liar):
 
 class SameAsCpuSmoke(CpuSmokeRuntime):
     """Behaves exactly like cpu-smoke under another ``_target_``."""
+
+
+class TrainsInBfloat16(Liar):
+    """Builds the training engine in bfloat16 although float32 was set (not the intervention:
+    the case changes the attention backend), and reads back what it built."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("training.attention_backend", "eager", side="training", **options)
+
+    def bent_build(self, binding: Any, case: Any) -> Any:
+        return CpuSmokeRuntime.build_engine(self, replace(binding, dtype="bfloat16"), case)
