@@ -24,7 +24,7 @@ from xconf.comparison import (
 )
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.engine_cache import EngineCache
-from xconf.errors import IdentityViolation, XconfError
+from xconf.errors import ArtifactError, IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
 from xconf.knobs import side_dtype
@@ -196,6 +196,15 @@ class PairedRunner:
         # changed even when this process planned it alone (one job of a sweep).
         self._sealed_plan = sealed_rows(self.store.path)
         identity = self.adapter.freeze_identity(spec.identity)
+        conflict = self.store.identity_conflict(identity.to_dict())
+        if conflict is not None:  # another checkpoint, tokenizer or data set under this id
+            raise ArtifactError(
+                "artifacts.experiment_conflict",
+                f"experiment '{spec.experiment_id}' under {self.store.root} was scored on "
+                f"another frozen identity: {conflict}; choose another experiment_id (or "
+                "output root)",
+                "experiment_id",
+            )
         inputs = frozen_inputs(identity)
         summary = RunSummary(spec.experiment_id, str(self.store.path))
         cases = [c for c in self.plan.cases if case_ids is None or c.case.case_id in case_ids]
