@@ -32,6 +32,10 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
         spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
         output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
         if cfg.mode == "plan":
+            from xconf.runtime.loading import check_options_unimported
+
+            # A plan builds no runtime, but an option it would refuse is refused here too.
+            check_options_unimported(cfg.runtime)
             return session.plan(spec, output_root=output_root, view=view)
         from xconf.runtime.deadline import check_case_timeout
 
