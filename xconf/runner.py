@@ -36,7 +36,14 @@ from xconf.operator_catalog import (
 )
 from xconf.runtime import provenance, rederive
 from xconf.runtime.deadline import case_deadline, check_case_timeout
-from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
+from xconf.runtime.guards import (
+    check_echo,
+    check_embedded,
+    check_untouched,
+    input_digests,
+    no_optimizer,
+    side_copy,
+)
 from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
@@ -379,12 +386,17 @@ class PairedRunner:
         recorded = identity.digest()  # what identity.json records
         for side in SIDES:
             side_binding = binding.side(side)
-            engine = self.engines.get(side_binding, case)
-            operator = session.instantiate(case.operator(side))
-            given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-            scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
+            with no_optimizer(side):
+                engine = self.engines.get(side_binding, case)
+                operator = session.instantiate(case.operator(side))
+                given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+                scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
             check_untouched(side, given, inputs)
             check_echo(side, identity, recorded, scores[side])
+            # What the model embedded, by its own record; without one, the scorer's echo is
+            # all there is (docs/reliability.md lists what rests on the adapter's word).
+            tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
+            actual.setdefault("scored_tokens_checked_from", {})[side] = tokens
             # Read back after scoring: request-lifecycle knobs are only observable then.
             try:
                 readback = engine.readback()

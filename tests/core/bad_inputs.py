@@ -151,6 +151,10 @@ CONFIG_ERRORS: list[tuple[str, Mutation, str, str]] = [
         "identity.position_ids[0][0]",
     ),
     ("empty-token-rows", _empty_rows, "config.invalid_value", "identity.token_ids[0]"),
+    *[
+        (f"no-{field}", _delete(f"identity.{field}"), "config.missing_key", f"identity.{field}")
+        for field in ("cache_metadata", "packing_metadata")
+    ],
     (
         "operator-option-nested",
         _operator_options("xconf.reference_logp", {"foo": {"bar": 1}}),

@@ -65,7 +65,17 @@ def _rows(node: Any, field: str) -> tuple[tuple[int, ...], ...]:
     return tuple(rows)
 
 
+# The contract's identity lists them: a frozen input says how caches and packing were used.
+REQUIRED_JSON_FIELDS = frozenset({"cache_metadata", "packing_metadata"})
+
+
 def _json_field(node: Any, field: str) -> str:
+    if node is None and field in REQUIRED_JSON_FIELDS:
+        raise ConfigError(
+            "config.missing_key",
+            f"{field} is required (a mapping; {{}} when there is nothing to declare)",
+            f"identity.{field}",
+        )
     if node is None:
         node = {}
     if not isinstance(node, Mapping):

@@ -80,6 +80,14 @@ class _SyntheticEngine:
 
     def _check_identity(self, inputs: FrozenInputs, identity: Identity) -> None:
         check_limits(self.config, inputs)
+        for field in ("model_version", "tokenizer_id"):
+            if getattr(identity, field) != getattr(self.config, field):
+                raise IdentityViolation(
+                    f"runtime.{field}_mismatch",
+                    f"identity names {field} '{getattr(identity, field)}', the synthetic model "
+                    f"is '{getattr(self.config, field)}'",
+                    f"identity.{field}",
+                )
         if identity.checkpoint_id != self.config.checkpoint_id:
             raise IdentityViolation(
                 "runtime.checkpoint_mismatch",
@@ -98,6 +106,7 @@ class _SyntheticEngine:
         self._check_identity(inputs, identity)
         self.request_size = batch_size
         self.request_sizes = []
+        self.model.embedded.clear()
         was_training = self.model.training
         before = self.model.state_digest()
         self.model.eval()
@@ -133,6 +142,10 @@ class _SyntheticEngine:
 
     def _logits(self, token_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def embedded_tokens(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(token ids, position ids) the model embedded in the last scoring call."""
+        return list(self.model.embedded)
 
     def _uses_kv_cache(self) -> bool:
         return False
