@@ -52,16 +52,26 @@ def test_what_the_model_cannot_take_is_refused_before_a_run_writes(
     assert not out.exists()
 
 
-def test_an_unknown_runtime_option_is_refused_in_plan_mode(monkeypatch, tmp_path, capsys) -> None:
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("+runtime.foo=1", "[runtime.unknown_option] at 'runtime.foo'"),
+        ("+scenario.deep=" + "[" * 3000 + "]" * 3000, "[config.too_deep] at 'scenario.deep'"),
+    ],
+    ids=["runtime-option", "nested-3000"],
+)
+def test_bad_overrides_are_refused_in_plan_mode(
+    monkeypatch, tmp_path, capsys, override, expected
+) -> None:
     from xconf.cli import hydra_app
 
     monkeypatch.chdir(tmp_path)
     argv = ["xconf-run", "+experiment=cpu_smoke", "mode=plan", "output_root=out"]
-    monkeypatch.setattr(sys, "argv", [*argv, "+runtime.foo=1"])
+    monkeypatch.setattr(sys, "argv", [*argv, override])
     with pytest.raises(SystemExit) as info:
         hydra_app.main()
     assert info.value.code == 2
-    assert "[runtime.unknown_option] at 'runtime.foo'" in capsys.readouterr().err
+    assert expected in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

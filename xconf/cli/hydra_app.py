@@ -92,7 +92,30 @@ class HydraTask:
         return self.outcome.exit_code
 
 
+def _too_deep(argv: list[str]) -> str | None:
+    """An override nested deeper than documents may be (Hydra's own override parser recurses
+    per bracket and would end in a ``RecursionError`` traceback): the first such override."""
+    from xconf.config.strict import MAX_DEPTH
+
+    for arg in argv:
+        depth = deepest = 0
+        for char in arg:
+            depth += (char in "[{(") - (char in "]})")
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return arg.split("=", 1)[0]
+    return None
+
+
 def main() -> None:
+    deep = _too_deep(sys.argv[1:])
+    if deep is not None:
+        print(
+            f"xconf: error [config.too_deep] at '{deep.lstrip('+~')}': the override is nested "
+            "deeper than documents may be",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_INVALID)
     task = HydraTask()
     app = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
     try:
