@@ -48,6 +48,8 @@ KEY_FIELDS: Mapping[str, str] = {
     "tensors": "the tensor schema of the score files (xconf.tensors.v1)",
 }
 ID_FIELDS = ("token_ids", "selected_token_ids", "active_mask")
+# Results judged from the scores: their token fields must be the identity's.
+JUDGED = frozenset({"pass", "fail", "zero_active_tokens"})
 # The records the key's fields are read from.
 KEY_RECORDS = (
     "requested.json",
@@ -225,8 +227,10 @@ def record_problems(
         if wrong:
             problems.append(f"actual.json provenance differs from this run's: {wrong}")
     problems += strict_problems(docs)
-    try:
-        problems += tensor_problems(path, identity)
-    except Exception as exc:
-        problems.append(f"unreadable score tensors: {type(exc).__name__}: {exc}")
+    if docs[COMPARISON_NAME].get("result") in JUDGED:
+        # (an invalid_identity attempt stores what the side echoed: that is its finding)
+        try:
+            problems += tensor_problems(path, identity)
+        except Exception as exc:
+            problems.append(f"unreadable score tensors: {type(exc).__name__}: {exc}")
     return problems
