@@ -339,8 +339,8 @@ class PairedRunner:
         declared = sorted(self.changed(case))
         skipped = actual.pop("not_applied", [])
         mixed = confounded(_ran(actual), frozenset(declared))
-        if outcome.document["result"] == "error":
-            skipped = mixed = []  # nothing was measured: the error's reason says why
+        if outcome.document["result"] not in rederive.JUDGED:
+            skipped = mixed = []  # no numerical verdict: the error's reason says why
         outcome.document["intervention"] = {
             "declared": declared,
             # A confounded case is not the one-knob case it claims: never evidence either.

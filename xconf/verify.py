@@ -141,8 +141,9 @@ def _judge(store: ExperimentStore, entry: Path) -> _Judged:
         return _Judged(check, None, check.reason)
     reason = check.reason or check_verdict(entry, check.seal or {})
     if reason is None and result not in NON_REUSABLE_RESULTS:
-        # A verdict's records re-derived offline (an error is no verdict, never reused): the execution key from the stored records, the
-        # identity's inner digest, strict execution re-applied, token fields vs the identity.
+        # A verdict's records re-derived offline (an error is no verdict, never reused): the
+        # execution key from the stored records, the identity's inner digest, strict
+        # execution re-applied, token fields vs the identity.
         problems = record_problems(entry, check.seal or {})
         reason = "; ".join(problems) if problems else None
     return _Judged(check, result, reason)

@@ -4,11 +4,13 @@ scored behind a faithful echo, identity fields the contract lists."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
 from tests.core.runs import attempt_doc, only, run_doc
 from tests.truth import liars
+from xconf.verify import verify_run
 
 CASE = "training.attention_backend=eager"
 
@@ -32,6 +34,8 @@ def test_a_broken_read_only_rule_is_invalid_identity(s0_doc, tmp_path, liar, cod
     assert attempt_doc(summary, CASE, "comparison.json")["error"]["code"] == code
     checked = attempt_doc(summary, "baseline", "actual.json")["scored_tokens_checked_from"]
     assert checked == {"rollout": "model record", "training": "model record"}
+    # the refusal is itself a verdict: verify finds every record consistent
+    assert verify_run(Path(summary.experiment_dir)).exit_code == 0
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,7 @@ def strict_problems(docs: Mapping[str, Any]) -> list[str]:
         return [f"strict execution refuses {reasons[0]}, yet the sealed result is {result!r}"]
     if result == "error":
         return []
+    judged = result in JUDGED
     declared = frozenset(requested.get("changed") or {})
     intervention = comparison.get("intervention") or {}
     problems = []
@@ -148,7 +149,7 @@ def strict_problems(docs: Mapping[str, Any]) -> list[str]:
         ("not_applied", not_applied(tuple(ran), declared)),
         ("confounded", confounded(tuple(ran), declared)),
     ):
-        now = sorted(f"{r['side']}:{r['path']}" for r in rows)
+        now = sorted(f"{r['side']}:{r['path']}" for r in rows) if judged else []
         said = intervention.get(key, [])
         stored = sorted(f"{r.get('side')}:{r.get('path')}" for r in said if isinstance(r, dict))
         if now != stored:
