@@ -14,27 +14,42 @@ from xconf.runtime.protocol import RuntimeBinding, SideScore
 TENSOR_SCHEMA = "xconf.tensors.v1"
 
 
+def static_documents(
+    case: ExecutionCase,
+    binding: RuntimeBinding,
+    identity: Identity,
+    changed: dict[str, Any],
+    strict_execution: bool,
+) -> dict[str, Any]:
+    """requested/materialized/identity documents: what the plan and the adapter give before
+    anything is scored (resume re-derives them to compare with a stored attempt)."""
+    return {
+        "requested.json": {
+            "case_id": case.case.case_id,
+            "knobs": case.case.knob_dict(),
+            "changed": changed,
+            "strict_execution": strict_execution,
+            "operators": {b.side: b.to_dict() for b in case.operators},
+        },
+        "materialized.json": binding.to_dict(),
+        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
+    }
+
+
 def case_documents(
     case: ExecutionCase,
     binding: RuntimeBinding,
     identity: Identity,
-    knobs: dict[str, Any],
     changed: dict[str, Any],
+    strict_execution: bool,
     actual: dict[str, Any],
     scores: dict[str, SideScore],
     outcome: ComparisonOutcome,
 ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
     """requested/materialized/actual/identity/comparison documents and the score tensors."""
     documents = {
-        "requested.json": {
-            "case_id": case.case.case_id,
-            "knobs": knobs,
-            "changed": changed,
-            "operators": {b.side: b.to_dict() for b in case.operators},
-        },
-        "materialized.json": binding.to_dict(),
+        **static_documents(case, binding, identity, changed, strict_execution),
         "actual.json": actual,
-        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
         "comparison.json": outcome.document,
     }
     tensors = {

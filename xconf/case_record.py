@@ -25,6 +25,9 @@ class CaseRecord:
     # False when a declared knob was not run as requested (only possible without strict
     # execution): the verdict stands but says nothing about the knob.
     intervention_applied: bool = True
+    # side:knob of each knob that was not the intervention and did not run as set (only
+    # possible without strict execution): the case measured something else too.
+    confounded: tuple[str, ...] = ()
 
     @classmethod
     def from_comparison(
@@ -39,6 +42,7 @@ class CaseRecord:
     ) -> CaseRecord:
         """The row for one sealed attempt, read from its ``comparison.json`` document."""
         diff = doc.get("diff") or {}
+        intervention = doc.get("intervention") or {}
         return cls(
             case_id=case_id,
             label=label,
@@ -51,7 +55,12 @@ class CaseRecord:
             max_abs_diff=diff.get("max"),
             p99_abs_diff=diff.get("p99"),
             reason=doc.get("reason"),
-            intervention_applied=bool((doc.get("intervention") or {}).get("applied", True)),
+            intervention_applied=bool(intervention.get("applied", True)),
+            confounded=tuple(
+                f"{c.get('side')}:{c.get('path')}"
+                for c in intervention.get("confounded") or ()
+                if isinstance(c, dict)
+            ),
         )
 
 

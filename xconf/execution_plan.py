@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +14,12 @@ from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     SIDES,
     OperatorBinding,
+    OperatorDescriptor,
     ResolutionPolicy,
     SemanticOperatorCatalog,
     Side,
     check_descriptor,
+    load_object,
 )
 
 
@@ -59,6 +62,38 @@ def _choice_for(plan: ExperimentPlan, case: Case, side: Side) -> tuple[OperatorC
     return OperatorChoice(str(case.knob_dict()["logp.backend"])), "logp.backend"
 
 
+def option_problem(
+    descriptor: OperatorDescriptor, choice: OperatorChoice, path: str
+) -> tuple[str, str] | None:
+    """(path, why) when the operator's factory does not take ``choice``'s options: checked
+    against its signature at plan time, never discovered when a case instantiates it.
+
+    The factory is imported only when there are options to check (a plan stays torch-free).
+    """
+    if not choice.options:
+        return None
+    first = f"{path}.options.{choice.options[0][0]}"
+    if descriptor.runtime_native:
+        return first, f"backend '{descriptor.backend_id}' is the runtime's own path: no options"
+    try:
+        factory = load_object(descriptor.factory)
+        params = inspect.signature(factory).parameters.values()
+    except (ImportError, TypeError, ValueError) as exc:
+        return first, f"cannot read the options of '{descriptor.factory}': {exc}"
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    # ``side`` is the session's to pass (factory_takes_side), never an option.
+    names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL} - {"side"}
+    unknown = [k for k, _ in choice.options if k not in names]
+    if unknown:
+        takes = ", ".join(sorted(names)) or "no options"
+        return (
+            f"{path}.options.{unknown[0]}",
+            f"backend '{descriptor.backend_id}' takes {takes}; unknown option(s) {unknown}",
+        )
+    return None
+
+
 def build_execution_plan(
     plan: ExperimentPlan, catalog: SemanticOperatorCatalog, policy: ResolutionPolicy
 ) -> ExecutionPlan:
@@ -84,6 +119,10 @@ def build_execution_plan(
                 issues.append(
                     PlanIssue(exc.code, path, f"case {case.label()}, {side} side: {exc.message}")
                 )
+                continue
+            problem = option_problem(descriptor, choice, path)
+            if problem is not None:
+                issues.append(PlanIssue("operator.unknown_option", problem[0], problem[1]))
                 continue
             bindings.append(
                 OperatorBinding(

@@ -14,7 +14,7 @@ from xconf.canonical import canonical_digest
 from xconf.config.strict import THRESHOLD_KEYS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.errors import PlanError, PlanIssue
-from xconf.experiment import Case, CaseKind, ExperimentPlan, ExperimentSpec
+from xconf.experiment import Case, CaseKind, ExperimentPlan, ExperimentSpec, OperatorChoice
 from xconf.knobs import (
     CONTRACT_KNOBS,
     DERIVED_KNOBS,
@@ -219,12 +219,34 @@ def _expand(
             yield "pairwise", tuple(sorted(((a, va), (b, vb))))
 
 
+def _normalize_operators(spec: ExperimentSpec, issues: _Issues) -> ExperimentSpec:
+    """The explicit mapping's backend ids normalized as ``logp.backend`` values are (case,
+    blanks, the reference project's aliases), before anything hashes them."""
+    mapping = spec.operators
+    if mapping is None:
+        return spec
+    sides: dict[str, OperatorChoice | None] = {}
+    for side in ("rollout", "training"):
+        choice = getattr(mapping, side)
+        if choice is None:
+            sides[side] = None
+            continue
+        try:
+            backend = str(normalize_value(KNOBS["logp.backend"], choice.backend))
+        except KnobValueError as exc:
+            issues.add("plan.unsupported_value", f"operators.selected_logprob.{side}", str(exc))
+            backend = choice.backend
+        sides[side] = replace(choice, backend=backend)
+    return replace(spec, operators=replace(mapping, **sides))
+
+
 def plan_experiment(
     spec: ExperimentSpec, contract: NumericalContract | None = None
 ) -> ExperimentPlan:
     """Validate and expand ``spec``; raise PlanError with every issue found."""
     contract = contract or load_contract()
     issues = _Issues()
+    spec = _normalize_operators(spec, issues)
     if spec.contract_version not in ("current", contract.version):
         issues.add(
             "plan.contract_version_mismatch",

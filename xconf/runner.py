@@ -15,7 +15,7 @@ import torch
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA, case_documents
+from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors, static_documents
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
@@ -25,7 +25,7 @@ from xconf.comparison import (
 )
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.engine_cache import EngineCache
-from xconf.errors import IdentityViolation, XconfError
+from xconf.errors import ArtifactError, IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
 from xconf.knobs import side_dtype
@@ -35,22 +35,37 @@ from xconf.operators.catalog import (
     SemanticOperatorCatalog,
 )
 from xconf.operators.dispatch import OperatorSession
-from xconf.runtime import provenance
+from xconf.runtime import provenance, rederive
 from xconf.runtime.deadline import case_deadline, check_case_timeout
-from xconf.runtime.guards import check_echo, check_untouched, input_digests, side_copy
+from xconf.runtime.guards import (
+    check_echo,
+    check_embedded,
+    check_untouched,
+    input_digests,
+    no_optimizer,
+    side_copy,
+)
 from xconf.runtime.materialization import (
     apply_readback,
     backend_application,
     check_pre_build,
+    confounded,
     failed_readback,
     not_applied,
+    ran_dtypes,
     refusal,
     split_readback,
     strict_violations,
     unreached_applications,
     with_fingerprints,
 )
-from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding, SideScore
+from xconf.runtime.protocol import (
+    FrozenInputs,
+    KnobApplication,
+    RuntimeAdapter,
+    RuntimeBinding,
+    SideScore,
+)
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.verify_verdict import rejudge_attempt
 
@@ -102,7 +117,7 @@ class PairedRunner:
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
         return {
-            "xconf": XCONF_VERSION,
+            "xconf": provenance.xconf_version(),
             "torch": torch.__version__,
             "python": platform.python_version(),
             **dict(self.adapter.environment()),
@@ -124,6 +139,7 @@ class PairedRunner:
             self._provenance = {
                 "runtime": provenance.runtime_identity(self.adapter),
                 "engines": provenance.engine_versions(),
+                "engine_distributions": provenance.engine_distributions(),
             }
         factories = tuple(
             sorted(
@@ -139,7 +155,9 @@ class PairedRunner:
     def execution_key(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
     ) -> str:
-        return canonical_digest(
+        """The digest of :data:`rederive.KEY_FIELDS`, each stored in a record of the attempt
+        (so ``xconf verify`` recomputes it from them)."""
+        return rederive.execution_key(
             {
                 "case": case.case.case_id,
                 "identity": identity.digest(),
@@ -154,6 +172,21 @@ class PairedRunner:
             }
         )
 
+    def current_records(
+        self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding, inputs: Any
+    ) -> rederive.Current:
+        """What this run would record for the case now: resume compares the stored ones."""
+        static = static_documents(
+            case, binding, identity, self.changed(case), self.plan.plan.spec.strict_fallback
+        )
+        return rederive.Current(
+            requested=static["requested.json"],
+            materialized=static["materialized.json"],
+            identity=static["identity.json"],
+            environment=self._environment(),
+            provenance={**self.provenance(case), "inputs": input_digests(inputs)},
+        )
+
     # -- running ------------------------------------------------------------------------------
     def run(self, case_ids: set[str] | None = None) -> RunSummary:
         started = time.perf_counter()
@@ -162,6 +195,15 @@ class PairedRunner:
         # changed even when this process planned it alone (one job of a sweep).
         self._sealed_plan = sealed_rows(self.store.path)
         identity = self.adapter.freeze_identity(spec.identity)
+        conflict = self.store.identity_conflict(identity.to_dict())
+        if conflict is not None:  # another checkpoint, tokenizer or data set under this id
+            raise ArtifactError(
+                "artifacts.experiment_conflict",
+                f"experiment '{spec.experiment_id}' under {self.store.root} was scored on "
+                f"another frozen identity: {conflict}; choose another experiment_id (or "
+                "output root)",
+                "experiment_id",
+            )
         inputs = frozen_inputs(identity)
         summary = RunSummary(spec.experiment_id, str(self.store.path))
         cases = [c for c in self.plan.cases if case_ids is None or c.case.case_id in case_ids]
@@ -190,15 +232,21 @@ class PairedRunner:
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
-            threshold = self._threshold(case.case.knob_dict()).value
+            current = self.current_records(case, identity, binding, inputs)
 
             def judged_again(check: Any) -> bool:
                 # A seal proves the bytes are the ones sealed, not that the verdict is right:
-                # re-judge from the stored tensors; a disagreement is damage, and rescored.
-                problem = rejudge_attempt(check.path, check.seal, threshold)
-                if problem is not None:
-                    damaged.append({"attempt_id": check.attempt_id, "reason": problem})
-                return problem is None
+                # re-judge from the stored tensors and re-derive the records from this run;
+                # any disagreement is damage, and the case is scored again.
+                problems = rederive.record_problems(check.path, check.seal, current)
+                if not problems:
+                    threshold = self._threshold(stored_dtypes(check.path, case)).value
+                    problem = rejudge_attempt(check.path, check.seal, threshold)
+                    problems = [problem] if problem is not None else []
+                if problems:
+                    reason = "; ".join(problems)
+                    damaged.append({"attempt_id": check.attempt_id, "reason": reason})
+                return not problems
 
             reusable = self.store.find_reusable(case.case.case_id, key, accept=judged_again)
             if reusable is not None:
@@ -226,18 +274,18 @@ class PairedRunner:
             return dict(row["changed"])
         return dict(case.case.changed)
 
-    def _threshold(self, knobs: Mapping[str, Any]) -> Any:
-        return self.contract.threshold_for(
-            side_dtype(knobs, "rollout"), side_dtype(knobs, "training")
-        )
+    def _threshold(self, dtypes: tuple[str, str]) -> Any:
+        return self.contract.threshold_for(*dtypes)
 
     def _score(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
         knobs = case.case.knob_dict()
-        threshold = self._threshold(knobs)
+        dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+        threshold = self._threshold(dtypes)
         actual: dict[str, Any] = {
             "sides": {},
+            "environment": self._environment(),
             "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
         }
         scores: dict[str, SideScore] = {}
@@ -245,6 +293,10 @@ class PairedRunner:
         try:
             with case_deadline(self.case_timeout_s):
                 self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
+            # Judged at the threshold of the dtypes the engines ran (read back), which differ
+            # from the requested ones only when a dtype fell back without strict execution.
+            dtypes = ran_dtypes(_ran(actual), dtypes)
+            threshold = self._threshold(dtypes)
             outcome = compare(
                 inputs,
                 identity.digest(),
@@ -277,22 +329,34 @@ class PairedRunner:
             else:
                 outcome = error_outcome(threshold, self.contract, error)
         declared = sorted(self.changed(case))
-        skipped = actual.get("not_applied", [])
+        skipped = actual.pop("not_applied", [])
+        mixed = confounded(_ran(actual), frozenset(declared))
+        if outcome.document["result"] not in rederive.JUDGED:
+            skipped = mixed = []  # no numerical verdict: the error's reason says why
         outcome.document["intervention"] = {
             "declared": declared,
-            "applied": not skipped,
+            # A confounded case is not the one-knob case it claims: never evidence either.
+            "applied": not skipped and not mixed,
             "not_applied": skipped,
+            "confounded": mixed,
         }
+        if mixed and outcome.document.get("reason") is None:
+            outcome.document["reason"] = confounded_reason(mixed)
         outcome.document.update(
-            case_id=case.case.case_id,
-            rollout_dtype=side_dtype(knobs, "rollout"),
-            training_dtype=side_dtype(knobs, "training"),
+            case_id=case.case.case_id, rollout_dtype=dtypes[0], training_dtype=dtypes[1]
         )
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
         actual["wall_s"] = time.perf_counter() - case_started
         documents, tensors = case_documents(
-            case, binding, identity, knobs, self.changed(case), actual, scores, outcome
+            case,
+            binding,
+            identity,
+            self.changed(case),
+            self.plan.plan.spec.strict_fallback,
+            actual,
+            scores,
+            outcome,
         )
         return documents, tensors, outcome
 
@@ -314,12 +378,17 @@ class PairedRunner:
         recorded = identity.digest()  # what identity.json records
         for side in SIDES:
             side_binding = binding.side(side)
-            engine = self.engines.get(side_binding, case)
-            operator = session.instantiate(case.operator(side))
-            given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-            scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
+            with no_optimizer(side):
+                engine = self.engines.get(side_binding, case)
+                operator = session.instantiate(case.operator(side))
+                given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+                scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
             check_untouched(side, given, inputs)
             check_echo(side, identity, recorded, scores[side])
+            # What the model embedded, by its own record; without one, the scorer's echo is
+            # all there is (docs/reliability.md lists what rests on the adapter's word).
+            tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
+            actual.setdefault("scored_tokens_checked_from", {})[side] = tokens
             # Read back after scoring: request-lifecycle knobs are only observable then.
             try:
                 readback = engine.readback()
@@ -338,6 +407,28 @@ class PairedRunner:
             if reasons:
                 raise refusal(reasons)
         actual["operator_provenance"] = list(session.provenance())
+
+
+def _ran(actual: Mapping[str, Any]) -> tuple[KnobApplication, ...]:
+    """The actual-stage knob records of both sides, as scored."""
+    return tuple(
+        KnobApplication(**row) for side in SIDES for row in actual.get("sides", {}).get(side, [])
+    )
+
+
+def confounded_reason(mixed: list[dict[str, Any]]) -> str:
+    names = ", ".join(f"{m['side']}:{m['path']} ({m['status']})" for m in mixed)
+    return f"confounded: not run as set (not the intervention): {names}"
+
+
+def stored_dtypes(path: Any, case: ExecutionCase) -> tuple[str, str]:
+    """The dtypes a stored attempt's engines ran, from its actual.json knob records."""
+    knobs = case.case.knob_dict()
+    requested = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+    try:
+        return ran_dtypes(_ran(read_json(path / "actual.json")), requested)
+    except (TypeError, KeyError, AttributeError, XconfError):
+        return requested
 
 
 def _record(

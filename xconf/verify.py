@@ -53,6 +53,7 @@ from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
+from xconf.runtime.rederive import record_problems
 from xconf.verify_verdict import check_verdict
 
 __all__ = ["check_verdict", "main_verify", "open_run_dir", "verify_run"]
@@ -139,6 +140,12 @@ def _judge(store: ExperimentStore, entry: Path) -> _Judged:
     if check.partial:
         return _Judged(check, None, check.reason)
     reason = check.reason or check_verdict(entry, check.seal or {})
+    if reason is None and result not in NON_REUSABLE_RESULTS:
+        # A verdict's records re-derived offline (an error is no verdict, never reused): the
+        # execution key from the stored records, the identity's inner digest, strict
+        # execution re-applied, token fields vs the identity.
+        problems = record_problems(entry, check.seal or {})
+        reason = "; ".join(problems) if problems else None
     return _Judged(check, result, reason)
 
 

@@ -58,6 +58,41 @@ def _duplicate_key(text: str) -> str:
 
 OPERATORS = {"selected_logprob": {"rollout": "native", "training": {"backend": "native"}}}
 
+
+def _nested(depth: int) -> Mutation:
+    """A scenario field nested ``depth`` lists deep (as raw JSON text)."""
+
+    def transform(text: str) -> str:
+        return text.replace(
+            '"scenario": {', '"scenario": {"deep": ' + "[" * depth + "]" * depth + ",", 1
+        )
+
+    return _text(transform)
+
+
+def _empty_rows(doc: dict[str, Any]) -> None:
+    for field in (
+        "token_ids",
+        "selected_token_ids",
+        "active_mask",
+        "attention_mask",
+        "position_ids",
+    ):
+        doc["identity"][field] = [[] for _ in doc["identity"][field]]
+
+
+def _operator_options(backend: str, options: dict[str, Any]) -> Mutation:
+    """An explicit training operator with ``options`` (no logp.backend intervention beside)."""
+
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["interventions"] = [i for i in doc["interventions"] if i["path"] != "logp.backend"]
+        doc["operators"] = {
+            "selected_logprob": {"training": {"backend": backend, "options": options}}
+        }
+
+    return mutate
+
+
 # (id, mutation, code, path)
 CONFIG_ERRORS: list[tuple[str, Mutation, str, str]] = [
     # unknown keys at every depth
@@ -88,6 +123,44 @@ CONFIG_ERRORS: list[tuple[str, Mutation, str, str]] = [
         "operators.selected_logprob.training.x",
     ),
     ("scenario-nested-value", _set("scenario.foo", {"a": 1}), "config.wrong_type", "scenario.foo"),
+    # bad plans that used to reach the engines
+    ("nested-3000-deep", _nested(3000), "config.too_deep", ""),
+    ("nested-40-deep", _nested(40), "config.too_deep", ""),
+    (
+        "token-id-1e30",
+        _set("identity.token_ids.0.0", 10**30),
+        "config.invalid_value",
+        "identity.token_ids[0][0]",
+    ),
+    (
+        "token-id-negative",
+        _set("identity.selected_token_ids.0.1", -3),
+        "config.invalid_value",
+        "identity.selected_token_ids[0][1]",
+    ),
+    (
+        "token-id-non-integer",
+        _set("identity.token_ids.1.2", 2.5),
+        "config.wrong_type",
+        "identity.token_ids[1][2]",
+    ),
+    (
+        "position-negative",
+        _set("identity.position_ids.0.0", -1),
+        "config.invalid_value",
+        "identity.position_ids[0][0]",
+    ),
+    ("empty-token-rows", _empty_rows, "config.invalid_value", "identity.token_ids[0]"),
+    *[
+        (f"no-{field}", _delete(f"identity.{field}"), "config.missing_key", f"identity.{field}")
+        for field in ("cache_metadata", "packing_metadata")
+    ],
+    (
+        "operator-option-nested",
+        _operator_options("xconf.reference_logp", {"foo": {"bar": 1}}),
+        "config.wrong_type",
+        "operators.selected_logprob.training.options.foo",
+    ),
     # threshold-like keys anywhere
     ("threshold-top", _set("threshold", 0.1), "config.threshold_forbidden", "threshold"),
     (
@@ -354,6 +427,21 @@ PLAN_ERRORS: list[tuple[str, Mutation, str, str]] = [
         _interventions({"path": "logp.backend", "values": ["acme.fast_logp"]}),
         "operator.unknown_backend",
         "logp.backend",
+    ),
+]
+
+PLAN_ERRORS += [
+    (
+        "operator-option-unknown",
+        _operator_options("xconf.reference_logp", {"foo": 1}),
+        "operator.unknown_option",
+        "operators.selected_logprob.training.options.foo",
+    ),
+    (
+        "operator-option-on-native",
+        _operator_options("native", {"foo": 1}),
+        "operator.unknown_option",
+        "operators.selected_logprob.training.options.foo",
     ),
 ]
 

@@ -125,3 +125,38 @@ class ReadbackRaises(Liar):
 
 class SameAsCpuSmoke(CpuSmokeRuntime):
     """Behaves exactly like cpu-smoke under another ``_target_``."""
+
+
+class TrainsInBfloat16(Liar):
+    """Builds the training engine in bfloat16 although float32 was set (not the intervention:
+    the case changes the attention backend), and reads back what it built."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("training.attention_backend", "eager", side="training", **options)
+
+    def bent_build(self, binding: Any, case: Any) -> Any:
+        return CpuSmokeRuntime.build_engine(self, replace(binding, dtype="bfloat16"), case)
+
+
+class OwnsOptimizer(Liar):
+    """Creates an optimizer over the training model's parameters while scoring (never steps)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("training.attention_backend", "eager", side="training", **options)
+
+    def bent_score(self, engine: Any, inputs: Any, identity: Any, batch: int, op: Any) -> Any:
+        self.optimizer = torch.optim.SGD(engine.model.parameters(), lr=0.0)
+        return engine.score(inputs, identity, batch, op)
+
+
+class ScoresOtherTokens(Liar):
+    """Scores a copy with one token changed, then echoes the frozen ids as what it scored."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("training.attention_backend", "eager", side="training", **options)
+
+    def bent_score(self, engine: Any, inputs: Any, identity: Any, batch: int, op: Any) -> Any:
+        other = replace(inputs, token_ids=inputs.token_ids.clone())
+        other.token_ids[0, 2] = (other.token_ids[0, 2] + 1) % self.model_config.vocab_size
+        score = engine.score(other, identity, batch, op)
+        return replace(score, scored_token_ids=inputs.token_ids.clone())

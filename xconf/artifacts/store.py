@@ -252,6 +252,38 @@ class ExperimentStore:
         state = seal_check.check_attempt(path, self.experiment_id, path.parent.name)
         return AttemptCheck(path.parent.name, path.name, path, state)
 
+    def identity_conflict(self, identity: Mapping[str, Any]) -> str | None:
+        """The fields in which ``identity`` (the frozen identity this run scores) differs from
+        the one a sealed attempt of this experiment recorded, or None.
+
+        One experiment id holds one frozen identity: another checkpoint digest, tokenizer or
+        data set under the same id is a conflict, never more attempts under the old name. An
+        identity.json that is not the digest of its own fields is damage (resume rescores it),
+        not a conflict.
+        """
+        from xconf.canonical import canonical_digest
+
+        for case_id in self.case_ids():
+            for path in self.attempts(case_id):
+                if not (path / SEAL_NAME).is_file():
+                    continue  # a partial attempt records nothing
+                try:
+                    stored = read_json(path / "identity.json")
+                except ArtifactError:
+                    continue
+                if not isinstance(stored, dict):
+                    continue
+                inner = {k: v for k, v in stored.items() if k != "sha256"}
+                if stored.get("sha256") != canonical_digest(inner):
+                    continue
+                differing = sorted(
+                    k for k in set(inner) | set(identity) if inner.get(k) != identity.get(k)
+                )
+                if differing:
+                    return f"{case_id}/{path.name} recorded another {', '.join(differing)}"
+                break  # the newest sealed attempt of a case speaks for it
+        return None
+
     def find_reusable(
         self,
         case_id: str,

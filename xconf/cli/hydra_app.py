@@ -35,6 +35,10 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
         reject_config_set_cli_keys(cfg, overrides, runtime_choice)
         spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
         if cfg.mode == "plan":
+            from xconf.runtime.loading import check_options_unimported
+
+            # A plan builds no runtime, but an option it would refuse is refused here too.
+            check_options_unimported(cfg.runtime)
             output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
             return session.plan(spec, output_root=output_root, view=view)
         from xconf.cli.localize import after_verdict
@@ -94,7 +98,30 @@ class HydraTask:
         return self.outcome.exit_code
 
 
+def _too_deep(argv: list[str]) -> str | None:
+    """An override nested deeper than documents may be (Hydra's own override parser recurses
+    per bracket and would end in a ``RecursionError`` traceback): the first such override."""
+    from xconf.config.strict import MAX_DEPTH
+
+    for arg in argv:
+        depth = deepest = 0
+        for char in arg:
+            depth += (char in "[{(") - (char in "]})")
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return arg.split("=", 1)[0]
+    return None
+
+
 def main() -> None:
+    deep = _too_deep(sys.argv[1:])
+    if deep is not None:
+        print(
+            f"xconf: error [config.too_deep] at '{deep.lstrip('+~')}': the override is nested "
+            "deeper than documents may be",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_INVALID)
     task = HydraTask()
     app = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
     try:

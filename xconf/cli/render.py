@@ -118,7 +118,7 @@ def verdict_table(summary: RunSummary) -> Table:
         attempt = f"{r.attempt_id} ({'reused' if r.reused else 'new'})"
         table.add_row(
             Text(r.case_id),
-            Text(r.label + ("" if r.intervention_applied else " (intervention not applied)")),
+            Text(r.label + _applied_note(r)),
             Text(r.result, style=style),
             Text(str(r.active_tokens)),
             Text(str(r.mismatches)),
@@ -127,6 +127,12 @@ def verdict_table(summary: RunSummary) -> Table:
             Text(attempt),
         )
     return table
+
+
+def _applied_note(r: CaseRecord) -> str:
+    if r.confounded:
+        return f" (confounded: {', '.join(r.confounded)} not run as set)"
+    return "" if r.intervention_applied else " (intervention not applied)"
 
 
 def print_reasons(console: Console, records: list[CaseRecord]) -> None:

@@ -21,6 +21,8 @@ STRING_FIELDS = (
 JSON_FIELDS = ("cache_metadata", "packing_metadata", "recipe")
 IDENTITY_KEYS = frozenset((*TOKEN_FIELDS, *STRING_FIELDS, *JSON_FIELDS, "scoring_mode"))
 MAX_TOKENS = 1_000_000
+# Token ids and positions fit the int32 every engine indexes with (no vocabulary is larger).
+MAX_ID = 2**31 - 1
 
 
 def _rows(node: Any, field: str) -> tuple[tuple[int, ...], ...]:
@@ -47,16 +49,33 @@ def _rows(node: Any, field: str) -> tuple[tuple[int, ...], ...]:
                 raise ConfigError(
                     "config.invalid_value", "mask entries are 0 or 1", f"{path}[{i}][{j}]"
                 )
-            if field != "position_ids" and field not in MASK_FIELDS and value < 0:
+            if field not in MASK_FIELDS and value < 0:
+                what = "positions" if field == "position_ids" else "token ids"
                 raise ConfigError(
-                    "config.invalid_value", "token ids are non-negative", f"{path}[{i}][{j}]"
+                    "config.invalid_value", f"{what} are non-negative", f"{path}[{i}][{j}]"
+                )
+            if value > MAX_ID:
+                raise ConfigError(
+                    "config.invalid_value",
+                    f"{value} is beyond any vocabulary or context ({MAX_ID})",
+                    f"{path}[{i}][{j}]",
                 )
             values.append(value)
         rows.append(tuple(values))
     return tuple(rows)
 
 
+# The contract's identity lists them: a frozen input says how caches and packing were used.
+REQUIRED_JSON_FIELDS = frozenset({"cache_metadata", "packing_metadata"})
+
+
 def _json_field(node: Any, field: str) -> str:
+    if node is None and field in REQUIRED_JSON_FIELDS:
+        raise ConfigError(
+            "config.missing_key",
+            f"{field} is required (a mapping; {{}} when there is nothing to declare)",
+            f"identity.{field}",
+        )
     if node is None:
         node = {}
     if not isinstance(node, Mapping):
@@ -118,6 +137,13 @@ def _check_shapes(rows: Mapping[str, tuple[tuple[int, ...], ...]]) -> None:
             "config.missing_key", "identity needs at least one sample", "identity.token_ids"
         )
     shape = [len(r) for r in reference]
+    for i, length in enumerate(shape):
+        if length == 0:  # nothing to score, and engines loop over the row's tokens
+            raise ConfigError(
+                "config.invalid_value",
+                "a sample needs at least one token",
+                f"identity.token_ids[{i}]",
+            )
     for field in TOKEN_FIELDS[1:]:
         if [len(r) for r in rows[field]] != shape:
             raise ConfigError(

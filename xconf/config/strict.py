@@ -53,6 +53,28 @@ SCENARIO_REQUIRED = ("level", "device")
 SIDES = ("rollout", "training")
 
 
+# No experiment needs more: the deepest legitimate node (an operator option, an identity token)
+# sits five levels down. Checked iteratively before any recursive walk of the document.
+MAX_DEPTH = 32
+
+
+def reject_deep_nesting(node: Any) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH`, naming the path where it is."""
+    stack: list[tuple[Any, str, int]] = [(node, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                "config.too_deep",
+                f"the document is nested deeper than {MAX_DEPTH} levels",
+                path or "<root>",
+            )
+        if isinstance(item, Mapping):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+
+
 def reject_threshold_keys(node: Any, path: str = "") -> None:
     """A threshold can only come from the numerical contract: refuse it anywhere."""
     if isinstance(node, Mapping):
@@ -161,6 +183,13 @@ def _parse_operator_choice(node: Any, path: str) -> OperatorChoice:
     choice = _require_mapping(node, path)
     _check_keys(choice, frozenset({"backend", "options"}), path)
     options = _require_mapping(choice.get("options") or {}, f"{path}.options")
+    for key, value in options.items():
+        if not isinstance(value, bool | int | float | str):  # hashed and passed as keywords
+            raise ConfigError(
+                "config.wrong_type",
+                f"operator option values are scalars, got {type(value).__name__}",
+                f"{path}.options.{key}",
+            )
     return OperatorChoice(
         backend=_require_str(choice.get("backend"), f"{path}.backend"),
         options=tuple(sorted(options.items())),
@@ -244,6 +273,7 @@ def _reject_extended_knobs(
 def parse_experiment(document: Any, *, require_schema_version: bool = True) -> ExperimentSpec:
     """Strictly parse an experiment document; raise ConfigError naming the bad path."""
     root = _require_mapping(document, "<root>")
+    reject_deep_nesting(root)
     reject_threshold_keys(root)
     reject_non_finite(root)
     _check_keys(root, TOP_LEVEL_KEYS, "")
@@ -323,4 +353,8 @@ def load_experiment_file(path: str | Path) -> ExperimentSpec:
         document = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
         raise ConfigError("config.invalid_json", str(exc), str(file)) from exc
+    except RecursionError:  # the parser's own stack: far deeper than MAX_DEPTH
+        raise ConfigError(
+            "config.too_deep", f"the document is nested deeper than {MAX_DEPTH} levels", "<root>"
+        ) from None
     return parse_experiment(document)

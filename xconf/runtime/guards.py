@@ -9,7 +9,10 @@ frozen input and the case is ``invalid_identity``, with the evidence.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -80,3 +83,59 @@ def input_digests(inputs: FrozenInputs) -> dict[str, str]:
         h.update(tensor.numpy().tobytes())
         digests[f"{name}_sha256"] = h.hexdigest()
     return digests
+
+
+@contextmanager
+def no_optimizer(side: str) -> Iterator[None]:
+    """A scorer owns no optimizer: any ``torch.optim.Optimizer`` constructed while the side's
+    engine is built or scores (over the model's parameters or any others) is a breach.
+
+    An optimizer made before the run started (outside xconf's view) is not seen here: the
+    parameter digests still catch any step it takes while scoring.
+    """
+    optimizer = torch.optim.Optimizer
+    original = optimizer.__init__
+    created: list[str] = []
+
+    def watched(self: Any, *args: Any, **kwargs: Any) -> None:
+        created.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    optimizer.__init__ = watched  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        optimizer.__init__ = original  # type: ignore[method-assign]
+    if created:
+        raise IdentityViolation(
+            "identity.optimizer_owned",
+            f"{side} constructed an optimizer ({created[0]}) while building or scoring: a "
+            "read-only scorer owns no optimizer",
+            f"{side}:optimizer",
+        )
+
+
+def check_embedded(side: str, engine: Any, frozen: FrozenInputs) -> bool:
+    """The tokens the model itself embedded (its own record, not the scorer's echo) must be
+    frozen tokens at their frozen positions; False when the engine keeps no such record."""
+    record = getattr(engine, "embedded_tokens", None)
+    if not callable(record):
+        return False
+    rows = [
+        dict(zip(p.tolist(), t.tolist(), strict=True))
+        for t, p in zip(frozen.token_ids, frozen.position_ids, strict=True)
+    ]
+    for tokens, positions in record():
+        width = tokens.shape[-1] if tokens.dim() > 1 else 1  # a decode step embeds one token
+        for row_t, row_p in zip(
+            tokens.reshape(-1, width).tolist(), positions.reshape(-1, width).tolist(), strict=True
+        ):
+            # Some frozen row must hold exactly these tokens at exactly these positions.
+            if not any(all(r.get(p) == t for p, t in zip(row_p, row_t, strict=True)) for r in rows):
+                raise IdentityViolation(
+                    "identity.scored_other_tokens",
+                    f"{side}'s model embedded tokens {row_t[:8]} at positions {row_p[:8]}, "
+                    "which no frozen sample holds there (its echo of the input says otherwise)",
+                    f"{side}:token_ids",
+                )
+    return True

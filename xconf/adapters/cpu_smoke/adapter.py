@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine
+from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine, check_limits
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
 from xconf.experiment import Identity
 from xconf.knobs import KNOBS, KnobValue
@@ -90,6 +90,13 @@ class CpuSmokeRuntime:
 
     def freeze_identity(self, identity: Identity) -> Identity:
         return identity  # S0 identities are declared frozen in the experiment
+
+    def check_inputs(self, identity: Identity) -> None:
+        """Before anything is written: the identity fits the synthetic model (vocabulary,
+        context); what no plan can know without the model."""
+        from xconf.runner import frozen_inputs
+
+        check_limits(self.model_config, frozen_inputs(identity))
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         knobs = case.case.knob_dict()

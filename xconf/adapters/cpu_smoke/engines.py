@@ -42,6 +42,30 @@ def _selected(
     return flat.reshape(b, t).float()
 
 
+def check_limits(config: SyntheticModelConfig, inputs: FrozenInputs) -> None:
+    """Token ids inside the vocabulary, positions and lengths inside the model's context."""
+    limit = config.vocab_size
+    for name, ids in (
+        ("token_ids", inputs.token_ids),
+        ("selected_token_ids", inputs.selected_token_ids),
+    ):
+        if ids.numel() and (int(ids.max()) >= limit or int(ids.min()) < 0):
+            raise XconfError(
+                "runtime.token_out_of_vocab",
+                f"{name} outside the synthetic model's vocabulary [0, {limit})",
+                f"identity.{name}",
+            )
+    positions = inputs.position_ids
+    if inputs.token_ids.shape[1] > config.max_positions or (
+        positions.numel() and int(positions.max()) >= config.max_positions
+    ):
+        raise XconfError(
+            "runtime.sequence_too_long",
+            f"sequences or positions beyond the model's context of {config.max_positions}",
+            "identity.token_ids",
+        )
+
+
 class _SyntheticEngine:
     def __init__(self, config: SyntheticModelConfig, dtype: str) -> None:
         self.config = config
@@ -55,26 +79,21 @@ class _SyntheticEngine:
         return ShardingSpec(self.config.vocab_size, rows, ((0, rows),))
 
     def _check_identity(self, inputs: FrozenInputs, identity: Identity) -> None:
+        check_limits(self.config, inputs)
+        for field in ("model_version", "tokenizer_id"):
+            if getattr(identity, field) != getattr(self.config, field):
+                raise IdentityViolation(
+                    f"runtime.{field}_mismatch",
+                    f"identity names {field} '{getattr(identity, field)}', the synthetic model "
+                    f"is '{getattr(self.config, field)}'",
+                    f"identity.{field}",
+                )
         if identity.checkpoint_id != self.config.checkpoint_id:
             raise IdentityViolation(
                 "runtime.checkpoint_mismatch",
                 f"identity names checkpoint '{identity.checkpoint_id}', the synthetic model is "
                 f"'{self.config.checkpoint_id}'",
                 "identity.checkpoint_id",
-            )
-        limit = self.config.vocab_size
-        for name, ids in (("token_ids", inputs.token_ids), ("selected", inputs.selected_token_ids)):
-            if ids.numel() and (int(ids.max()) >= limit or int(ids.min()) < 0):
-                raise XconfError(
-                    "runtime.token_out_of_vocab",
-                    f"{name} outside vocabulary [0, {limit})",
-                    f"identity.{name}",
-                )
-        if inputs.token_ids.shape[1] > self.config.max_positions:
-            raise XconfError(
-                "runtime.sequence_too_long",
-                f"sequences longer than {self.config.max_positions}",
-                "identity.token_ids",
             )
 
     def _score(
@@ -87,6 +106,7 @@ class _SyntheticEngine:
         self._check_identity(inputs, identity)
         self.request_size = batch_size
         self.request_sizes = []
+        self.model.embedded.clear()
         was_training = self.model.training
         before = self.model.state_digest()
         self.model.eval()
@@ -122,6 +142,10 @@ class _SyntheticEngine:
 
     def _logits(self, token_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def embedded_tokens(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(token ids, position ids) the model embedded in the last scoring call."""
+        return list(self.model.embedded)
 
     def _uses_kv_cache(self) -> bool:
         return False
@@ -183,6 +207,12 @@ class RolloutEngine(_SyntheticEngine):
         self._prefix_cache: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.prefix_hits = 0
 
+    def reset_state(self) -> None:
+        """Forget every cached KV block (the engine cache calls it before reusing the engine):
+        a case's scores never depend on what the engine scored for the cases before it."""
+        self._prefix_cache.clear()
+        self.prefix_hits = 0
+
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
             "rollout.vocab_layout": self.vocab_layout(),
@@ -227,6 +257,9 @@ class RolloutEngine(_SyntheticEngine):
         store_prefix: bool = False,
     ) -> torch.Tensor:
         steps = []
+        if start >= token_ids.shape[1]:  # nothing left to decode (a length-0 row)
+            vocab = self.config.vocab_size
+            return torch.zeros(token_ids.shape[0], 0, vocab, dtype=self.model.embed.dtype)
         for t in range(start, token_ids.shape[1]):
             logits, cache = self.model.forward_step(token_ids[:, t], position_ids[:, t], cache)
             steps.append(logits)
@@ -243,8 +276,8 @@ class RolloutEngine(_SyntheticEngine):
         """
         tokens = tuple(int(x) for x in token_ids[0])
         # At least the last token is always decoded, as engines do on a full prefix hit.
-        length = ((len(tokens) - 1) // PREFIX_BLOCK) * PREFIX_BLOCK
-        while length and tokens[:length] not in self._prefix_cache:
+        length = (max(len(tokens) - 1, 0) // PREFIX_BLOCK) * PREFIX_BLOCK
+        while length > 0 and tokens[:length] not in self._prefix_cache:  # bounded: it shrinks
             length -= PREFIX_BLOCK
         if not length:
             return self._decode(token_ids, position_ids, 0, None, store_prefix=True)

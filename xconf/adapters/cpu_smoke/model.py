@@ -24,6 +24,10 @@ class SyntheticModelConfig:
     seed: int = 0
     head_scale: float = 4.0  # sharpens logits so drift is visible, not lost in a flat softmax
 
+    # What an S0 identity must name: the synthetic model family and its id-only tokenizer.
+    model_version: str = "synthetic-causal-v1"
+    tokenizer_id: str = "synthetic-ids-v1"
+
     @property
     def checkpoint_id(self) -> str:
         return (
@@ -53,6 +57,7 @@ class SyntheticCausalLM(nn.Module):
         self.head = init(d, v, scale=config.head_scale / math.sqrt(d))
         self.norm_eps: torch.Tensor
         self.register_buffer("norm_eps", torch.tensor(1e-6, dtype=torch.float64))
+        self.embedded: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def state_digest(self) -> str:
         digest = hashlib.sha256()
@@ -67,6 +72,9 @@ class SyntheticCausalLM(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.norm_eps.to(x.dtype))
 
     def embed_tokens(self, token_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        # The model's own record of what it embedded (the runner checks it against the frozen
+        # tokens): independent of what a scorer says it scored.
+        self.embedded.append((token_ids.detach().clone(), position_ids.detach().clone()))
         return self.embed[token_ids] + self.pos[position_ids]
 
     def project_qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,137 @@
+"""Forge-and-reseal: a payload edited and COMPLETE recomputed is caught by resume and verify.
+
+Each forgery edits one payload kind of a sealed passing attempt and rewrites the seal so that
+every file digest matches again; the strongest forger also recomputes the execution key from
+the edited records. Resume re-derives the records from the current run and rescores; `xconf
+verify` re-derives what it can offline and names the mismatch.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file, save
+
+from tests.core.runs import only, run_doc
+from xconf.artifacts.layout import read_json
+from xconf.runtime import rederive
+from xconf.verify import verify_run
+
+
+def _json_bytes(document: Any) -> bytes:
+    return (json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
+
+
+def _reseal(attempt: Path, name: str, data: bytes, *, rekey: bool = False) -> None:
+    """Write ``data`` as ``name`` and rewrite COMPLETE so every digest matches again."""
+    (attempt / name).write_bytes(data)
+    seal = json.loads((attempt / "COMPLETE").read_text())
+    seal["files"][name] = hashlib.sha256(data).hexdigest()
+    if rekey:  # the forger also recomputes the execution key from the edited records
+        docs = {n: read_json(attempt / n) for n in rederive.KEY_RECORDS}
+        fields = rederive.key_fields_from_records(docs)
+        assert isinstance(fields, dict)
+        seal["execution_key"] = rederive.execution_key(fields)
+    (attempt / "COMPLETE").write_bytes(_json_bytes(seal))
+
+
+def _edit_json(name: str, edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], bytes]:
+    def forge(attempt: Path) -> bytes:
+        document = json.loads((attempt / name).read_text())
+        edit(document)
+        return _json_bytes(document)
+
+    return forge
+
+
+def _fallback(document: dict[str, Any]) -> None:
+    knob = next(
+        k for k in document["sides"]["rollout"]["knobs"] if k["path"] == "rollout.enforce_eager"
+    )
+    knob["status"] = "fallback"
+
+
+def _tokenizer(document: dict[str, Any]) -> None:
+    document["tokenizer_id"] = "another-tokenizer"  # the inner sha256 left as it was
+
+
+def _torch(document: dict[str, Any]) -> None:
+    document["provenance"]["engines"]["torch"] = "1.0.0"
+
+
+def _mask(attempt: Path) -> bytes:
+    tensors = load_file(str(attempt / "score_training.safetensors"))
+    mask = tensors["active_mask"].clone()
+    mask[0, -1] = 1 - mask[0, -1]
+    tensors["active_mask"] = mask
+    metadata = {"case_id": attempt.parent.name, "attempt_id": attempt.name}
+    return save(tensors, metadata=metadata)
+
+
+FORGERIES: dict[str, tuple[str, Callable[[Path], bytes], str]] = {
+    "materialized-fallback": (
+        "materialized.json",
+        _edit_json("materialized.json", _fallback),
+        "materialized.json differs",
+    ),
+    "identity-tokenizer": (
+        "identity.json",
+        _edit_json("identity.json", _tokenizer),
+        "identity.json differs",
+    ),
+    "actual-torch": ("actual.json", _edit_json("actual.json", _torch), "actual.json provenance"),
+    "training-mask": ("score_training.safetensors", _mask, "active_mask differs"),
+}
+OFFLINE = {  # what verify names for each, with no current run to compare with
+    "materialized-fallback": "sealed execution key",
+    "identity-tokenizer": "identity.json sha256 is not the digest",
+    "actual-torch": "sealed execution key",
+    "training-mask": "score_training.safetensors active_mask differs from identity.json",
+}
+
+
+@pytest.fixture
+def sealed(s0_doc, tmp_path) -> tuple[dict[str, Any], Path, Any]:
+    doc = only(copy.deepcopy(s0_doc))
+    summary = run_doc(doc, tmp_path)
+    record = summary.records[0]
+    assert record.result == "pass"
+    attempt = Path(summary.experiment_dir, "cases", record.case_id, record.attempt_id)
+    assert verify_run(Path(summary.experiment_dir)).exit_code == 0
+    return doc, attempt, summary
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_a_resealed_forgery_is_named_by_verify_and_rescored_by_resume(
+    sealed, tmp_path, kind
+) -> None:
+    doc, attempt, summary = sealed
+    name, forge, resumed = FORGERIES[kind]
+    _reseal(attempt, name, forge(attempt))
+    findings = verify_run(Path(summary.experiment_dir)).findings
+    damaged = [f for f in findings if f.status == "damaged"]
+    assert damaged and OFFLINE[kind] in (damaged[0].reason or ""), findings
+    again = run_doc(copy.deepcopy(doc), tmp_path)
+    assert not again.records[0].reused
+    new = attempt.parent / again.records[0].attempt_id
+    reasons = json.loads((new / "actual.json").read_text())["resume"]["damaged_attempts"]
+    assert reasons[0]["attempt_id"] == attempt.name
+    assert resumed in reasons[0]["reason"], reasons
+
+
+def test_a_forged_fallback_with_a_recomputed_key_breaks_the_strict_rule(sealed, tmp_path) -> None:
+    doc, attempt, summary = sealed
+    name, forge, _ = FORGERIES["materialized-fallback"]
+    _reseal(attempt, name, forge(attempt), rekey=True)
+    damaged = [f for f in verify_run(Path(summary.experiment_dir)).findings if f.reason]
+    assert "strict execution refuses rollout:rollout.enforce_eager" in (damaged[0].reason or "")
+    assert "sealed execution key" not in (damaged[0].reason or "")
+    again = run_doc(copy.deepcopy(doc), tmp_path)
+    assert not again.records[0].reused
+    assert again.records[0].result == "pass"  # rescored honestly

@@ -1,0 +1,243 @@
+"""Re-deriving a sealed attempt's records before resume reuses it, and offline in verify.
+
+A seal proves the files are the ones that were sealed, not that they are true: whoever edits
+a payload can recompute ``COMPLETE``. So an attempt is checked against what it says itself
+(offline, ``xconf verify``) and, before resume reuses it, against what this run derives now:
+
+* the execution key: recomputed from the stored records (:data:`KEY_FIELDS` says where each
+  field is stored) it must be the key ``COMPLETE`` seals; a payload edited after sealing
+  (a knob's status in materialized.json, a version in actual.json) gives another key;
+* identity.json: its inner ``sha256`` must be the digest of its own fields, and on resume
+  the whole record must be the frozen identity this run scores now;
+* requested.json / materialized.json / actual.json provenance: on resume, equal to what the
+  plan, the adapter and this process give now;
+* strict execution re-applied to the stored knob records: a fallback, unsupported or
+  unobservable critical knob under strict execution can only be ``error``; without strict
+  execution the stored "not applied" and "confounded" lists must be the recomputed ones;
+* the token fields of both score files and of token_diffs (active mask, token ids) must be
+  the identity's own, never only the scorer's echo.
+
+Each problem names the record and the field; none is ever a reason to trust the attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, TOKEN_DIFFS_NAME, read_json
+from xconf.canonical import canonical_digest
+from xconf.case_documents import TENSOR_SCHEMA
+from xconf.knobs import KNOBS
+from xconf.runtime.protocol import KnobApplication
+
+# The execution key's fields and the record each is stored in (docs/artifacts.md lists them).
+KEY_FIELDS: Mapping[str, str] = {
+    "case": "requested.json case_id (the planner's case id)",
+    "identity": "identity.json sha256 (the frozen identity's digest)",
+    "scoring_mode": "identity.json scoring_mode",
+    "strict_execution": "requested.json strict_execution (the experiment's strict_fallback)",
+    "materialization": "materialized.json (the adapter's binding: knobs, dtypes, fingerprints)",
+    "operators": "requested.json operators (bound backends, options, descriptor fingerprints)",
+    "environment": "actual.json environment (xconf, torch, python, the adapter's own)",
+    "provenance": "actual.json provenance without inputs (runtime target and options, engine "
+    "versions and their distributions, native kernel build, scoring-code digests)",
+    "comparison": "comparison.json contract (numerical contract version and fingerprint)",
+    "tensors": "the tensor schema of the score files (xconf.tensors.v1)",
+}
+ID_FIELDS = ("token_ids", "selected_token_ids", "active_mask")
+# Results judged from the scores: their token fields must be the identity's.
+JUDGED = frozenset({"pass", "fail", "zero_active_tokens"})
+# The records the key's fields are read from.
+KEY_RECORDS = (
+    "requested.json",
+    "materialized.json",
+    "actual.json",
+    "identity.json",
+    COMPARISON_NAME,
+)
+
+
+def execution_key(fields: Mapping[str, Any]) -> str:
+    """The digest of exactly :data:`KEY_FIELDS`."""
+    if set(fields) != set(KEY_FIELDS):
+        raise ValueError(f"execution key fields {sorted(fields)} are not {sorted(KEY_FIELDS)}")
+    return canonical_digest(dict(fields))
+
+
+def key_fields_from_records(docs: Mapping[str, Any]) -> dict[str, Any] | str:
+    """The execution key's fields as the stored records give them, or what is missing."""
+    requested, identity = docs["requested.json"], docs["identity.json"]
+    actual, comparison = docs["actual.json"], docs[COMPARISON_NAME]
+    provenance = actual.get("provenance")
+    operators = requested.get("operators")
+    if "strict_execution" not in requested or not isinstance(operators, dict):
+        return "requested.json lacks strict_execution or operators (an older format)"
+    if not isinstance(provenance, dict) or "environment" not in actual:
+        return "actual.json lacks environment or provenance (an older format)"
+    return {
+        "case": requested.get("case_id"),
+        "identity": identity.get("sha256"),
+        "scoring_mode": identity.get("scoring_mode"),
+        "strict_execution": requested["strict_execution"],
+        "materialization": docs["materialized.json"],
+        "operators": [operators.get(side) for side in ("rollout", "training")],
+        "environment": actual["environment"],
+        "provenance": {k: v for k, v in provenance.items() if k != "inputs"},
+        "comparison": comparison.get("contract"),
+        "tensors": TENSOR_SCHEMA,
+    }
+
+
+@dataclass(frozen=True)
+class Current:
+    """What this run derives now for one case (resume compares the stored records to it)."""
+
+    requested: Mapping[str, Any]
+    materialized: Mapping[str, Any]
+    identity: Mapping[str, Any]
+    environment: Mapping[str, Any]
+    provenance: Mapping[str, Any]  # with ``inputs``
+
+
+def _differing(stored: Any, now: Mapping[str, Any]) -> list[str]:
+    if not isinstance(stored, dict):
+        return ["(not an object)"]
+    return sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+
+
+def _applications(rows: Any) -> list[KnobApplication]:
+    """Stored knob records; a row that is not one is skipped (the key check names it)."""
+    found = []
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            if row["path"] in KNOBS:
+                found.append(KnobApplication(**row))
+        except (KeyError, TypeError):
+            continue
+    return found
+
+
+def strict_problems(docs: Mapping[str, Any]) -> list[str]:
+    """Strict execution (and the not-applied / confounded rules) re-applied to the records."""
+    from xconf.runtime.materialization import confounded, not_applied, strict_violations
+
+    requested, actual = docs["requested.json"], docs["actual.json"]
+    comparison = docs[COMPARISON_NAME]
+    strict = bool(requested.get("strict_execution", True))
+    sides = actual.get("sides") if isinstance(actual.get("sides"), dict) else {}
+    materialized = docs["materialized.json"].get("sides") or {}
+    planned: list[KnobApplication] = []
+    ran: list[KnobApplication] = []
+    for side in ("rollout", "training"):
+        ran += _applications(sides.get(side))
+        bound = materialized.get(side) if isinstance(materialized, dict) else None
+        planned += _applications(bound.get("knobs") if isinstance(bound, dict) else None)
+    reasons = strict_violations(tuple(planned + ran), strict_fallback=strict)
+    result = comparison.get("result")
+    if reasons and result not in ("error", "invalid_identity", "invalid_artifact"):
+        return [f"strict execution refuses {reasons[0]}, yet the sealed result is {result!r}"]
+    if result == "error":
+        return []
+    judged = result in JUDGED
+    declared = frozenset(requested.get("changed") or {})
+    intervention = comparison.get("intervention") or {}
+    problems = []
+    for key, rows in (
+        ("not_applied", not_applied(tuple(ran), declared)),
+        ("confounded", confounded(tuple(ran), declared)),
+    ):
+        now = sorted(f"{r['side']}:{r['path']}" for r in rows) if judged else []
+        said = intervention.get(key, [])
+        stored = sorted(f"{r.get('side')}:{r.get('path')}" for r in said if isinstance(r, dict))
+        if now != stored:
+            problems.append(
+                f"comparison.json intervention.{key} is {stored}, the records give {now}"
+            )
+    return problems
+
+
+def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
+    """The stored token fields must be identity.json's own (never only a scorer's echo)."""
+    import torch
+
+    from xconf.artifacts.store import read_tensors
+
+    problems = []
+    expected = {}
+    for name in ID_FIELDS:
+        try:
+            expected[name] = torch.tensor(identity[name], dtype=torch.int64)
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            return [f"identity.json {name} is not a token table"]
+    files = {**{side: name for side, name in SCORE_FILES.items()}, "diffs": TOKEN_DIFFS_NAME}
+    for label, name in files.items():
+        tensors = read_tensors(path / name)
+        if not tensors:
+            continue  # nothing was scored on this side (an error or identity verdict)
+        for field in ID_FIELDS if label != "diffs" else ("active_mask",):
+            stored = tensors.get(field)
+            if stored is None or stored.shape != expected[field].shape:
+                problems.append(f"{name} {field} is not of the identity's shape")
+            elif not torch.equal(stored.to(torch.int64), expected[field]):
+                problems.append(f"{name} {field} differs from identity.json {field}")
+    return problems
+
+
+def record_problems(
+    path: Path, seal: Mapping[str, Any], current: Current | None = None
+) -> list[str]:
+    """Every way the attempt's records disagree with themselves, its seal, or ``current``."""
+    try:
+        docs = {name: read_json(path / name) for name in KEY_RECORDS}
+    except Exception as exc:  # an unreadable record is damage, whatever the parser raised
+        return [f"unreadable record: {type(exc).__name__}: {exc}"]
+    if not all(isinstance(d, dict) for d in docs.values()):
+        return ["a record is not a JSON object"]
+    problems: list[str] = []
+    identity = docs["identity.json"]
+    inner = {k: v for k, v in identity.items() if k != "sha256"}
+    if identity.get("sha256") != canonical_digest(inner):
+        problems.append("identity.json sha256 is not the digest of its own fields")
+    # `xconf judge` seals dumps another system scored: no engine was observed, its key is
+    # the dump's digest (xconf.judge.seal), and only the identity and tensors can be checked.
+    imported = "dump" in docs["actual.json"] and "sides" not in docs["materialized.json"]
+    fields = None if imported else key_fields_from_records(docs)
+    if fields is None:
+        pass
+    elif isinstance(fields, str):
+        problems.append(fields)
+    else:
+        for key in KEY_FIELDS:  # each field is checked on its own, so the problem names it
+            if not isinstance(fields[key], dict | list | str | bool):
+                problems.append(f"execution key field {key} ({KEY_FIELDS[key]}) is missing")
+        if not problems and execution_key(fields) != seal.get("execution_key"):
+            problems.append(
+                "the stored records do not give the sealed execution key: "
+                "requested, materialized, identity or actual.json was edited after sealing"
+            )
+    if current is not None:
+        for name, now in (
+            ("identity.json", current.identity),
+            ("requested.json", current.requested),
+            ("materialized.json", current.materialized),
+        ):
+            wrong = _differing(docs[name], now)
+            if wrong:
+                problems.append(f"{name} differs from what this run derives now: {wrong}")
+        actual = docs["actual.json"]
+        wrong = _differing(actual.get("provenance"), current.provenance)
+        wrong += ["environment"] if actual.get("environment") != current.environment else []
+        if wrong:
+            problems.append(f"actual.json provenance differs from this run's: {wrong}")
+    if not imported:
+        problems += strict_problems(docs)
+    if docs[COMPARISON_NAME].get("result") in JUDGED:
+        # (an invalid_identity attempt stores what the side echoed: that is its finding)
+        try:
+            problems += tensor_problems(path, identity)
+        except Exception as exc:
+            problems.append(f"unreadable score tensors: {type(exc).__name__}: {exc}")
+    return problems
