@@ -14,8 +14,7 @@ import torch
 
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
-from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA, case_documents, score_tensors, static_documents
+from xconf.case_documents import TENSOR_SCHEMA, case_documents, static_documents
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
