@@ -53,6 +53,7 @@ from xconf.runtime.materialization import (
 from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding, SideScore
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.runtime.rejudge import rejudge_attempt
+from xconf.shown_text import bounded
 
 XCONF_VERSION = provenance.XCONF_VERSION
 # Importers of the run's records and of the tensor schema find them here too.
@@ -281,6 +282,9 @@ class PairedRunner:
                     "traceback": traceback.format_exc(limit=8),
                 }
             )
+            # A runtime's message may be megabytes: the sealed attempt keeps its head, tail
+            # and length, so it stays within verify's bounds (and quick to seal).
+            error = {k: bounded(v) if isinstance(v, str) else v for k, v in error.items()}
             if isinstance(exc, IdentityViolation):
                 outcome = identity_outcome(threshold, self.contract, error)
             else:

@@ -45,11 +45,13 @@ QWEN25 = """{%- if tools %}
     {%- if messages[0]['role'] == 'system' %}
         {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
     {%- else %}
-        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
+        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. '
+            'You are a helpful assistant.<|im_end|>\\n' }}
     {%- endif %}
 {%- endif %}
 {%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first)
+        or (message.role == "assistant" and not message.tool_calls) %}
         {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
     {%- elif message.role == "assistant" %}
         {{- '<|im_start|>' + message.role }}
@@ -152,7 +154,9 @@ def test_hostile_template_is_a_coded_error_naming_the_file(
 
 
 def test_private_attributes_read_as_nothing(checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    tok, _ = _tokenizer(checkpoints, tmp_path, "{{ raise_exception.__globals__ }}|{{ 1 .__class__ }}")
+    tok, _ = _tokenizer(
+        checkpoints, tmp_path, "{{ raise_exception.__globals__ }}|{{ 1 .__class__ }}"
+    )
     assert chat_template.render_chat(tok, CHATS[0]) == "|"  # the sandbox hides them
 
 

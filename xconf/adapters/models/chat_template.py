@@ -164,7 +164,7 @@ def _environment() -> Any:
     class Generation(jinja2.ext.Extension):
         """transformers' ``{% generation %}`` block: renders its body unchanged."""
 
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 (jinja reads it from the class)
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno

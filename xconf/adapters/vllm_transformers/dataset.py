@@ -129,7 +129,9 @@ def read_dataset_bytes(path: Path) -> bytes:
         with open_regular(path, MAX_FILE_BYTES, follow=True) as fd:
             return _read_all(fd, path)
     except FileNotFoundError:
-        raise _error("dataset.missing_file", f"dataset file {path} does not exist", str(path))
+        raise _error(
+            "dataset.missing_file", f"dataset file {path} does not exist", str(path)
+        ) from None
     except ArtifactError as exc:
         code = "dataset.too_large" if exc.code == "artifacts.too_large" else "dataset.unreadable"
         raise _error(code, exc.message, str(path)) from None
