@@ -50,7 +50,7 @@ def test_file_replaced_between_open_and_read_tokenizes_what_was_digested(
     options = dataset.parse_dataset({"path": str(path)}, DEFAULTS)
     assert options is not None
     read_all = dataset._read_all
-    swaps = []
+    swaps: list[Path] = []
 
     def swap_then_read(fd: int, where: Path) -> bytes:
         # The file is open: replace the name, then read the descriptor.
