@@ -181,6 +181,7 @@ class PairedRunner:
         bound.sort(key=lambda cb: (order[cb[1].rollout.reuse_key()], cb[0].case.index))
         try:
             for case, binding in bound:
+                self.store.check_present()  # a deleted run directory stops the run here
                 record = self._run_case(case, binding, identity, inputs)
                 summary.records.append(record)
                 if self.on_case is not None:
