@@ -160,6 +160,7 @@ def test_private_attributes_read_as_nothing(checkpoints: dict[str, Path], tmp_pa
     assert chat_template.render_chat(tok, CHATS[0]) == "|"  # the sandbox hides them
 
 
+@pytest.mark.slow
 def test_hostile_templates_through_xconf_run_exit_2_and_write_nothing(
     checkpoints: dict[str, Path],
     tmp_path: Path,

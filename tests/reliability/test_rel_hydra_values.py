@@ -41,6 +41,7 @@ BAD: list[tuple[str, list[str], str, str]] = [
 MULTIRUN = ("run_dir_file", "output_root_list", "resume_no", "env_in_id")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
 def test_bad_hydra_values_exit_2_and_write_nothing(
     tmp_path: Path,
