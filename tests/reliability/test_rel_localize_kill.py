@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.conftest import HAVE_HF, model_cache  # noqa: F401  (shared fixture)
+from tests.adapters.conftest import model_cache  # noqa: F401  (shared fixture)
+from tests.localize.conftest import clean_run  # noqa: F401  (shared fixture)
 from tests.reliability.relhelpers import REPO, child_env
 
 # The child localizes with the artifact writer wrapped: SIGKILL just before the Nth file
@@ -34,23 +35,12 @@ sys.exit(main(["localize", sys.argv[1], sys.argv[2]]))
 """
 
 
-@pytest.fixture(scope="module")
-def clean_run(model_cache: str, tmp_path_factory: pytest.TempPathFactory) -> Any:  # noqa: F811
-    if not HAVE_HF:
-        pytest.skip("transformers/tokenizers are not installed")
-    from tests.localize import planted
-    from xconf.localize.replay import runtime_for
-
-    root = tmp_path_factory.mktemp("clean")
-    return planted.run(
-        planted.experiment("clean", planted.OPERATOR_CASE), root, runtime_for("hf-pair")
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", [3], ids=["before-COMPLETE"])
 def test_localize_killed_while_publishing_then_rerun(
-    clean_run: Any, kill_at: int, capsys: pytest.CaptureFixture[str]
+    clean_run: Any,  # noqa: F811
+    kill_at: int,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from xconf.cli.main import main
     from xconf.localize.artifact import latest
