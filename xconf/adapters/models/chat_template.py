@@ -12,8 +12,9 @@ top of the sandbox (no attribute walk to ``__subclasses__``, no loader, so no
 - a time bound (``RENDER_TIMEOUT_S``), checked by a trace function on every line the
   template's Python code runs, so a loop that never ends is stopped;
 - a size bound (``MAX_RENDERED_CHARS``) on the output as it streams, and on the operands
-  of ``*`` and ``**`` and the integer arguments of every call and filter, so no single
-  operation builds a huge value (or runs a huge power) in C, where no trace can stop it.
+  of ``*``, ``**`` and ``%`` and the arguments of every call and filter (integers, format
+  widths, a string operation's estimated result), so no single operation builds a huge
+  value (or runs a huge power) in C, where no trace can stop it.
 
 Every failure (syntax error, ``raise_exception``, a sandbox refusal, an include, the time
 or size bound, any other exception) is a coded :class:`~xconf.errors.ConfigError`
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +39,7 @@ from xconf.errors import ConfigError
 RENDER_TIMEOUT_S = 5.0
 MAX_RENDERED_CHARS = 1 << 20
 MAX_TEMPLATE_CHARS = 1 << 20
+CALL_RESULT_BOUND = 16 * MAX_RENDERED_CHARS
 CODE = "tokenizer.chat_template"
 
 
@@ -144,11 +147,40 @@ def _check_size(value: Any) -> None:
         raise _TooLarge(f"an integer argument of {value.bit_length()} bits")
 
 
-def _bounded(fn: Callable[..., Any]) -> Callable[..., Any]:
+# A width or precision of seven digits or more in a %-format or a format spec.
+_WIDE_FORMAT = re.compile(r"(?:%|\{[^{}]*:)[^a-zA-Z%{}]*?\d{7}")
+
+
+def _check_call(name: str, receiver: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a call that could build a huge value inside C, before it runs.
+
+    Every integer argument is bounded; a call on (or of) a string is refused when its
+    result could exceed ``CALL_RESULT_BOUND`` characters, estimated as the string's length
+    times one plus its largest integer or string argument (``replace('', 'x' * N)``,
+    ``indent(N)``, ``expandtabs(N)`` multiply); so is a format (``str.format``, the
+    ``format`` filter) with a width of a million or more.
+    """
+    values = (*args, *kwargs.values())
+    for value in values:
+        _check_size(value)
+    text = next((v for v in (receiver, *values) if isinstance(v, str)), None)
+    if text is None:
+        return
+    if name in ("format", "format_map") and _WIDE_FORMAT.search(text):
+        raise _TooLarge("a format width of a million or more")
+    factor = max(
+        [abs(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        + [len(v) for v in values if isinstance(v, str) and v is not text]
+        + [0]
+    )
+    if (len(text) + 1) * (1 + factor) > CALL_RESULT_BOUND:
+        raise _TooLarge("a string operation whose result could exceed the size bound")
+
+
+def _bounded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(fn)  # keeps jinja's pass_context / pass_eval_context marker
     def call(*args: Any, **kwargs: Any) -> Any:
-        for value in (*args, *kwargs.values()):
-            _check_size(value)
+        _check_call(name, None, args, kwargs)
         return fn(*args, **kwargs)
 
     return call
@@ -175,10 +207,15 @@ def _environment() -> Any:
             return caller()
 
     class Bounded(ImmutableSandboxedEnvironment):  # type: ignore[misc]
-        intercepted_binops = frozenset({"*", "**"})
+        intercepted_binops = frozenset({"*", "**", "%"})
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "**":
+            if operator == "%":
+                if isinstance(left, str) and _WIDE_FORMAT.search(left):
+                    raise _TooLarge("a format width of a million or more")
+                for value in right if isinstance(right, tuple) else (right,):
+                    _check_size(value)  # a '*' width
+            elif operator == "**":
                 _check_size(left)
                 if isinstance(right, int) and abs(right) > 64:
                     raise _TooLarge(f"a power with exponent {right}")
@@ -189,9 +226,20 @@ def _environment() -> Any:
                     raise _TooLarge("a repetition over the size bound")
             return super().call_binop(context, operator, left, right)
 
+        def wrap_str_format(self, value: Any) -> Any:
+            # str.format / format_map reach the template through this wrapper (not call).
+            wrapped = super().wrap_str_format(value)
+            if wrapped is not None and _WIDE_FORMAT.search(value.__self__):
+
+                def refused(*args: Any, **kwargs: Any) -> Any:
+                    raise _TooLarge("a format width of a million or more")
+
+                return refused
+            return wrapped
+
         def call(self, context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
-            for value in (*args, *kwargs.values()):
-                _check_size(value)
+            name = str(getattr(obj, "__name__", ""))
+            _check_call(name, getattr(obj, "__self__", None), args, kwargs)
             return super().call(context, obj, *args, **kwargs)
 
     def raise_exception(message: str) -> None:
@@ -216,7 +264,7 @@ def _environment() -> Any:
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = tojson
-    env.filters = {name: _bounded(fn) for name, fn in env.filters.items()}
+    env.filters = {name: _bounded(fn, name) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
