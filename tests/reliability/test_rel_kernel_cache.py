@@ -116,6 +116,19 @@ def test_damaged_library_is_rebuilt_and_says_so(cache: Path, tmp_path: Path, dam
     _works(kernel)
 
 
+def test_fifo_at_the_record_is_not_waited_on(cache: Path, tmp_path: Path) -> None:
+    import os
+
+    first = native.kernel("portable")
+    native._load.cache_clear()
+    record = first.path.with_name(first.path.name + native.DIGEST_SUFFIX)
+    record.unlink()
+    os.mkfifo(record)  # a read of it would block forever
+    kernel = native.kernel("portable")
+    assert kernel.rebuilt is not None and record.is_file()
+    _works(kernel)
+
+
 def test_cache_directory_writable_by_others_is_refused(cache: Path, tmp_path: Path) -> None:
     marker = tmp_path / "constructor-ran"
     path = _library_path(cache)

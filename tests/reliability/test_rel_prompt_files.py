@@ -96,3 +96,19 @@ def test_file_over_its_bound_is_refused_unread(tmp_path: Path) -> None:
     with pytest.raises(XconfError) as refused:
         dataset.parse_dataset({"path": str(path)}, DEFAULTS)
     assert refused.value.code == "dataset.too_large"
+
+
+def test_parquet_that_expands_past_its_bound_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "bomb.parquet"
+    # 8 MiB of one repeated character compresses to a few KiB.
+    pq.write_table(pa.table({"prompt": ["a" * (8 << 20)]}), str(path), compression="zstd")
+    assert path.stat().st_size < 1 << 20
+    monkeypatch.setattr(dataset, "MAX_PARQUET_BYTES", 4 << 20)
+    with pytest.raises(XconfError) as refused:
+        _load(path)
+    assert refused.value.code == "dataset.too_large" and "uncompressed" in refused.value.message

@@ -47,6 +47,7 @@ MAX_ROWS = 100_000
 MAX_FILE_BYTES = 256 << 20
 MAX_LINE_BYTES = 4 << 20
 MAX_PROMPT_CHARS = 1 << 20
+MAX_PARQUET_BYTES = 1 << 30  # uncompressed
 WHERE = "identity.recipe.dataset"
 
 
@@ -163,7 +164,19 @@ def read_rows(path: Path, data: bytes | None = None) -> list[Any]:
                 "dataset.no_pyarrow", f"reading Parquet needs pyarrow: {exc}", str(path)
             ) from exc
         try:
+            # A compressed file can expand far past its size: its metadata says how far.
+            meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+            expanded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if meta.num_rows > MAX_ROWS or expanded > MAX_PARQUET_BYTES:
+                raise _error(
+                    "dataset.too_large",
+                    f"{meta.num_rows} rows, {expanded} bytes uncompressed: more than "
+                    f"{MAX_ROWS} rows or {MAX_PARQUET_BYTES} bytes",
+                    str(path),
+                )
             rows: list[Any] = pq.read_table(pa.BufferReader(data)).to_pylist()
+        except ConfigError:
+            raise
         except Exception as exc:  # pyarrow raises several unrelated types for a bad file
             raise _error(
                 "dataset.unreadable", f"not a readable Parquet file: {exc}", str(path)

@@ -40,6 +40,8 @@ from typing import Any, Literal
 
 import torch
 
+from xconf.artifacts.layout import read_regular
+from xconf.errors import XconfError
 from xconf.ops.logprob.errors import LogprobValidationError
 
 Variant = Literal["best", "portable"]
@@ -362,9 +364,13 @@ def _open_recorded(path: Path) -> int | str:
         if info.st_size == 0:
             raise _Refused("it is empty")
         try:
-            recorded = _record_path(path).read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            raise _Refused("no digest of the build is recorded beside it") from None
+            # A bounded regular file, never a link or a FIFO (a read that would block).
+            record = read_regular(_record_path(path), limit=256)
+            recorded = (record or b"").decode("ascii").strip()
+        except (OSError, UnicodeDecodeError, XconfError):
+            recorded = ""
+        if not recorded:
+            raise _Refused("no digest of the build is recorded beside it")
         digest = hashlib.sha256()
         with os.fdopen(os.dup(fd), "rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
