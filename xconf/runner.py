@@ -67,6 +67,7 @@ from xconf.runtime.protocol import (
 )
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.verify_verdict import rejudge_attempt
+from xconf.shown_text import bounded
 
 XCONF_VERSION = provenance.XCONF_VERSION
 __all__ = ["PairedRunner", "frozen_inputs"]
@@ -212,6 +213,7 @@ class PairedRunner:
         bound.sort(key=lambda cb: (order[cb[1].rollout.reuse_key()], cb[0].case.index))
         try:
             for case, binding in bound:
+                self.store.check_present()  # a deleted run directory stops the run here
                 record = self._run_case(case, binding, identity, inputs)
                 summary.records.append(record)
                 if self.on_case is not None:
@@ -323,6 +325,9 @@ class PairedRunner:
                     "traceback": traceback.format_exc(limit=8),
                 }
             )
+            # A runtime's message may be megabytes: the sealed attempt keeps its head, tail
+            # and length, so it stays within verify's bounds (and quick to seal).
+            error = {k: bounded(v) if isinstance(v, str) else v for k, v in error.items()}
             if isinstance(exc, IdentityViolation):
                 outcome = identity_outcome(threshold, self.contract, error)
             else:

@@ -175,10 +175,15 @@ def exit_code(records: list[CaseRecord]) -> int:
 
 
 def report_error(error: XconfError) -> None:
-    where = f" at '{error.path}'" if error.path else ""
-    print(f"xconf: error [{error.code}]{where}: {error.message}", file=sys.stderr)
+    from xconf.shown_text import shown  # messages carry file, runtime and model text
+
+    where = f" at '{shown(error.path)}'" if error.path else ""
+    print(f"xconf: error [{error.code}]{where}: {shown(error.message)}", file=sys.stderr)
     for issue in getattr(error, "issues", ())[1:]:
-        print(f"xconf: error [{issue.code}] at '{issue.path}': {issue.message}", file=sys.stderr)
+        print(
+            shown(f"xconf: error [{issue.code}] at '{issue.path}': {issue.message}"),
+            file=sys.stderr,
+        )
 
 
 # -- the flow ---------------------------------------------------------------------------------

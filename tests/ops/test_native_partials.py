@@ -144,7 +144,9 @@ def fresh_loader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
 def test_build_is_cached_and_published_whole(fresh_loader: Path) -> None:
     first = native.kernel("portable")
     built = sorted(fresh_loader.iterdir())
-    assert built == [first.path] and first.isa == "portable"  # no temporary left behind
+    record = first.path.with_name(first.path.name + native.DIGEST_SUFFIX)
+    assert built == [first.path, record] and first.isa == "portable"  # no temporary left
+    assert first.rebuilt is None
     stamp = first.path.stat().st_mtime_ns
     native._load.cache_clear()
     again = native.kernel("portable")

@@ -108,6 +108,8 @@ class ExperimentStore:
         self.root = Path(output_root).absolute()
         self.experiment_id = check_id(experiment_id, "experiment_id")
         self.path = self.root / experiment_id
+        # (device, inode) of the experiment directory once this store published its plan.
+        self._published: tuple[int, int] | None = None
 
     # -- experiment header and plan ---------------------------------------------------------
     @contextmanager
@@ -136,6 +138,35 @@ class ExperimentStore:
         A rerun must describe the same experiment and plan the same cases or a subset of them
         (a sweep job plans its one case); anything else is an ``experiment_conflict``.
         """
+        self._publish_plan(header, rows)
+        info = os.stat(self.path, follow_symlinks=False)
+        self._published = (info.st_dev, info.st_ino)
+
+    def check_present(self) -> None:
+        """Refuse to go on when the experiment directory this store published its plan in
+        was deleted or replaced (or lost its ``experiment.json``): ``artifacts.run_dir_gone``.
+
+        Writing on would re-create part of the tree without its header, a directory verify
+        cannot recognise as a run.
+        """
+        if self._published is None:
+            return
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+            header = os.stat(self.path / HEADER_NAME, follow_symlinks=False)
+            present = (info.st_dev, info.st_ino) == self._published and header.st_size > 0
+        except OSError:
+            present = False
+        if not present:
+            raise ArtifactError(
+                "artifacts.run_dir_gone",
+                f"the run directory {self.path} was deleted or replaced while the run was "
+                "writing it; stopped, nothing more is written (run the same command again to "
+                "start over)",
+                str(self.path),
+            )
+
+    def _publish_plan(self, header: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
         with self._locked() as directory:
             header_path = self.path / HEADER_NAME
             existing_bytes = read_regular(header_path)
@@ -209,6 +240,7 @@ class ExperimentStore:
             missing = sorted(set(PAYLOAD_FILES) - names)
             raise ArtifactError("artifacts.incomplete_payload", f"missing payloads {missing}")
         check_id(case_id, "case_id")
+        self.check_present()
 
         def payload(attempt_id: str, name: str) -> bytes:
             if name in documents:

@@ -12,6 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from xconf.shown_text import console
+
 if TYPE_CHECKING:
     from xconf.case_record import CaseRecord, RunSummary
     from xconf.execution_plan import ExecutionPlan
@@ -34,9 +36,10 @@ def make_console() -> Console:
     Markup is off: everything printed as a string (paths, ids, knob values, runtime error
     messages, directory entries) is shown verbatim, so ``[/dev/nvidia0]`` or ``[link=...]``
     can neither raise ``MarkupError`` nor vanish. Styles are applied with ``Text`` only.
+    Control and bidi characters in any of them are shown escaped (``xconf.shown_text``).
     """
-    probe = Console(markup=False)
-    return probe if probe.is_terminal else Console(width=160, markup=False)
+    probe = console()
+    return probe if probe.is_terminal else console(width=160)
 
 
 def _fmt(value: float | None) -> str:

@@ -60,10 +60,61 @@ def reject_config_set_cli_keys(
         raise ConfigError(
             "config.wrong_type", "allow_smoke_operators is true or false", "allow_smoke_operators"
         )
+    check_app_values(cfg)
+
+
+# Switches that must be real booleans: `resume=no`, `off` or `'false'` are strings, and
+# bool() of a non-empty string is True (a "no" would resume).
+BOOLEAN_KEYS = ("resume", "verbose", "localize")
+
+
+def check_app_values(cfg: DictConfig) -> None:
+    """The application's own values, typed: refused before anything is written."""
+    from xconf.runtime.deadline import check_case_timeout
+
+    for key in BOOLEAN_KEYS:
+        value = cfg.get(key, False)
+        if not isinstance(value, bool):
+            raise ConfigError(
+                "config.wrong_type", f"{key} is true or false, got {value!r}"[:200], key
+            )
+    root = cfg.get("output_root", "outputs")  # conf/config.yaml always sets it
+    if not isinstance(root, str) or not root.strip() or "\0" in root:
+        raise ConfigError(
+            "config.wrong_type",
+            f"output_root is a directory path, got {root!r}"[:200],
+            "output_root",
+        )
+    check_case_timeout(cfg.get("case_timeout_s"))
+
+
+def check_sealed_fields(cfg: DictConfig) -> None:
+    """No ``${...}`` in what experiment.json seals: an interpolation puts a value the user
+    never wrote there (``${oc.env:HOME}``: the environment), hidden behind a name."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    if not isinstance(raw, dict):
+        return
+    stack: list[tuple[str, Any]] = [
+        (str(k), v) for k, v in raw.items() if k not in APP_KEYS and k != "hydra"
+    ]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, str) and "${" in value:
+            raise ConfigError(
+                "config.interpolation",
+                f"{path} is the interpolation {value[:80]!r}: experiment.json seals the "
+                "values as written, so write the value itself",
+                path,
+            )
 
 
 def experiment_document(cfg: DictConfig) -> dict[str, Any]:
     """The v1 experiment shape: top-level knob roots become the baseline."""
+    check_sealed_fields(cfg)
     container = OmegaConf.to_container(cfg, resolve=True)
     if not isinstance(container, dict):
         raise ConfigError("config.wrong_type", "the composed config is not a mapping", "<root>")

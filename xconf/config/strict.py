@@ -27,6 +27,9 @@ from xconf.experiment import (
 )
 from xconf.knobs import EXTENDED_KNOBS, flatten_knobs
 
+# Where a contract can come from: xconf's own, or the reference project's (its v1 documents
+# say "ws1"). The source is sealed into experiment.json, so free text (a URL) is refused.
+CONTRACT_SOURCES = ("xconf", "ws1")
 THRESHOLD_KEYS = frozenset({"threshold", "fixed_threshold", "tolerance", "atol", "rtol"})
 # Execution mode, runtime choice and authorization belong to the command line.
 CLI_ONLY_KEYS = frozenset(
@@ -121,6 +124,17 @@ def _require_mapping(node: Any, path: str) -> Mapping[str, Any]:
         if not isinstance(key, str):
             raise ConfigError("config.wrong_type", f"keys must be strings, got {key!r}", path)
     return node
+
+
+def check_contract_source(node: Any) -> str:
+    source = _require_str(node, "contract_source")
+    if source not in CONTRACT_SOURCES:
+        raise ConfigError(
+            "config.invalid_value",
+            f"contract_source must be one of {list(CONTRACT_SOURCES)}, got {source[:80]!r}",
+            "contract_source",
+        )
+    return source
 
 
 def _require_str(node: Any, path: str) -> str:
@@ -317,7 +331,7 @@ def parse_experiment(document: Any, *, require_schema_version: bool = True) -> E
     return ExperimentSpec(
         experiment_id=experiment_id,
         scenario_id=_require_str(root.get("scenario_id", experiment_id), "scenario_id"),
-        contract_source=_require_str(root.get("contract_source", "xconf"), "contract_source"),
+        contract_source=check_contract_source(root.get("contract_source", "xconf")),
         contract_version=_require_str(root.get("contract_version", "current"), "contract_version"),
         strategy=strategy,
         strict_fallback=strict,

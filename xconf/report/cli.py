@@ -56,19 +56,22 @@ def main_report(argv: list[str]) -> int:
             data = build_report(args.run_dir, tokenizer=args.tokenizer)
             write(render(data, fmt))
     except XconfError as exc:
+        from xconf.shown_text import shown
+
         print(
-            f"xconf report: error [{exc.code}]"
-            + (f" at '{exc.path}'" if exc.path else "")
-            + f": {exc.message}",
+            shown(
+                f"xconf report: error [{exc.code}]"
+                + (f" at '{exc.path}'" if exc.path else "")
+                + f": {exc.message}"
+            ),
             file=sys.stderr,
         )
         return EXIT_USAGE
     if not args.quiet:
-        from rich.console import Console
-
         from xconf.report.terminal import render_terminal_summary
+        from xconf.shown_text import console
 
-        render_terminal_summary(data, Console(stderr=True, markup=False), target)
+        render_terminal_summary(data, console(stderr=True), target)
     return EXIT_OK
 
 

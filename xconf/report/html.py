@@ -104,11 +104,27 @@ def _case_context(case: CaseReport, renderer: case_plots.CaseFigureRenderer) -> 
     }
 
 
+def _finalize(value: Any) -> Any:
+    """Every ``{{ }}`` value: run, runtime and model text with control and bidi characters
+    escaped (``xconf.shown_text``); xconf's own markup (the page script) unchanged."""
+    from markupsafe import Markup
+
+    from xconf.shown_text import shown
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return shown(value)
+    return value
+
+
 def render_html(data: ReportData) -> str:
     """The report page as a string; every image is an inline ``data:`` PNG."""
     jinja2 = _jinja()
     env = jinja2.Environment(
-        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_finalize,
     )
     env.filters.update(sci=sci, percent=percent, sortv=_sort_value, show=_show, shift=_shift)
     template = env.from_string(_resource(TEMPLATE))

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xconf.shown_text import shown
+
 TokenDecoder = Callable[[int], str]
 DecoderFactory = Callable[[Mapping[str, Any]], TokenDecoder | None]
 
@@ -140,4 +142,9 @@ def default_decoder_factory(run_dir: Path, tokenizer: Path | None = None) -> Dec
             cache[name] = next((d for d in map(load_decoder, files) if d), None)
         return cache[name]
 
-    return factory
+    def shown_factory(identity: Mapping[str, Any]) -> TokenDecoder | None:
+        # A token's text is the model's: control and bidi characters shown escaped.
+        decoder = factory(identity)
+        return None if decoder is None else (lambda token_id: shown(decoder(token_id)))
+
+    return shown_factory

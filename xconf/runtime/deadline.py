@@ -11,6 +11,10 @@ from typing import Any
 
 from xconf.errors import XconfError
 
+# setitimer takes far larger values, but then every case fails to arm it: a budget over
+# 30 days is a typo, refused before anything runs.
+MAX_CASE_TIMEOUT_S = 30 * 24 * 3600.0
+
 
 @contextmanager
 def case_deadline(seconds: float | None) -> Iterator[None]:
@@ -57,8 +61,10 @@ def check_case_timeout(value: Any) -> float | None:
         raise XconfError(
             "config.wrong_type", "case_timeout_s is a number of seconds", "case_timeout_s"
         )
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value <= 0 or value > MAX_CASE_TIMEOUT_S:
         raise XconfError(
-            "config.invalid_value", "case_timeout_s must be positive and finite", "case_timeout_s"
+            "config.invalid_value",
+            f"case_timeout_s must be positive and at most {MAX_CASE_TIMEOUT_S:g} s (30 days)",
+            "case_timeout_s",
         )
     return float(value)

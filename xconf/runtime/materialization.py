@@ -255,7 +255,9 @@ def unreached_applications(side: SideBinding, exc: BaseException) -> tuple[KnobA
 
 def failed_readback(side: SideBinding, exc: BaseException) -> dict[str, ReadbackValue]:
     """Readback raised: every knob of the side was not read, each one an error with the reason."""
-    failure = ReadbackFailure(f"{type(exc).__name__}: {exc}")
+    from xconf.shown_text import bounded
+
+    failure = ReadbackFailure(bounded(f"{type(exc).__name__}: {exc}"))
     return {knob.path: failure for knob in side.knobs}
 
 

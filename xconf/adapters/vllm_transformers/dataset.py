@@ -6,12 +6,22 @@ with the tokenizer's chat template and a generation prompt), or ``prompt`` text 
 without special tokens). Other columns (``data_source``, ``reward_model``, ...) are ignored.
 Every row is checked before anything runs; a bad one is a coded error naming the file and
 row. The freezing rollout's sampling options live beside the path.
+
+The file is read once, from one open descriptor, into memory (at most ``MAX_FILE_BYTES``);
+the digest is of exactly those bytes, and the rows tokenized are parsed from them. The
+frozen-token cache is keyed on the digest taken when the experiment was planned: bytes
+that no longer match it (the file was replaced in between) are refused
+(``dataset.changed``), never tokenized under the old digest. JSON Lines are split on
+``\n`` only (U+2028 or U+0085 inside a string is valid JSON), and a line longer than
+``MAX_LINE_BYTES`` or a prompt text longer than ``MAX_PROMPT_CHARS`` is refused before
+anything is tokenized.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -34,6 +44,10 @@ DATASET_KEYS = frozenset(
     }
 )
 MAX_ROWS = 100_000
+MAX_FILE_BYTES = 256 << 20
+MAX_LINE_BYTES = 4 << 20
+MAX_PROMPT_CHARS = 1 << 20
+MAX_PARQUET_BYTES = 1 << 30  # uncompressed
 WHERE = "identity.recipe.dataset"
 
 
@@ -84,10 +98,11 @@ def parse_dataset(node: Any, defaults: Mapping[str, Any]) -> DatasetOptions | No
         raise _error("dataset.missing_file", f"dataset file {path} does not exist", f"{WHERE}.path")
     if path.suffix not in (".jsonl", ".parquet"):
         raise _error("dataset.format", "a dataset is a .jsonl or .parquet file", str(path))
+    sha256 = hashlib.sha256(read_dataset_bytes(path)).hexdigest()
     try:
         options = DatasetOptions(
             path=str(path),
-            sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+            sha256=sha256,
             max_prompts=_number(node, "max_prompts", int, None, 1),
             shuffle_seed=_number(node, "shuffle_seed", int, None, 0),
             temperature=_number(node, "temperature", float, defaults["temperature"], 0),
@@ -106,38 +121,97 @@ def parse_dataset(node: Any, defaults: Mapping[str, Any]) -> DatasetOptions | No
     return options
 
 
-def read_rows(path: Path) -> list[Any]:
-    """The file's rows as plain Python values (Parquet through pyarrow, no pickle)."""
+def read_dataset_bytes(path: Path) -> bytes:
+    """The file's bytes, read from one open descriptor (a regular file, bounded)."""
+    from xconf.artifacts.layout import open_regular
+    from xconf.errors import ArtifactError
+
+    try:
+        with open_regular(path, MAX_FILE_BYTES, follow=True) as fd:
+            return _read_all(fd, path)
+    except FileNotFoundError:
+        raise _error(
+            "dataset.missing_file", f"dataset file {path} does not exist", str(path)
+        ) from None
+    except ArtifactError as exc:
+        code = "dataset.too_large" if exc.code == "artifacts.too_large" else "dataset.unreadable"
+        raise _error(code, exc.message, str(path)) from None
+
+
+def _read_all(fd: int, path: Path) -> bytes:
+    chunks, total = [], 0
+    while chunk := os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise _error(
+                "dataset.too_large", f"the file grew past {MAX_FILE_BYTES} bytes", str(path)
+            )
+    return b"".join(chunks)
+
+
+def read_rows(path: Path, data: bytes | None = None) -> list[Any]:
+    """The rows of ``data`` (the file's bytes; read here when not given) as plain Python
+    values (Parquet through pyarrow, no pickle)."""
+    if data is None:
+        data = read_dataset_bytes(path)
     if path.suffix == ".parquet":
         try:
+            import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError as exc:  # pragma: no cover - pyarrow is a core dependency
             raise _error(
                 "dataset.no_pyarrow", f"reading Parquet needs pyarrow: {exc}", str(path)
             ) from exc
         try:
-            rows: list[Any] = pq.read_table(str(path)).to_pylist()
+            # A compressed file can expand far past its size: its metadata says how far.
+            meta = pq.ParquetFile(pa.BufferReader(data)).metadata
+            expanded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if meta.num_rows > MAX_ROWS or expanded > MAX_PARQUET_BYTES:
+                raise _error(
+                    "dataset.too_large",
+                    f"{meta.num_rows} rows, {expanded} bytes uncompressed: more than "
+                    f"{MAX_ROWS} rows or {MAX_PARQUET_BYTES} bytes",
+                    str(path),
+                )
+            rows: list[Any] = pq.read_table(pa.BufferReader(data)).to_pylist()
+        except ConfigError:
+            raise
         except Exception as exc:  # pyarrow raises several unrelated types for a bad file
             raise _error(
                 "dataset.unreadable", f"not a readable Parquet file: {exc}", str(path)
             ) from exc
     else:
         rows = []
-        try:
-            lines = path.read_text("utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _error("dataset.unreadable", str(exc), str(path)) from exc
-        for i, line in enumerate(lines):
+        # JSON Lines end at "\n" only: str.splitlines would also split inside a string at
+        # U+2028, U+0085 and other Unicode line breaks, which JSON allows there unescaped.
+        for i, raw in enumerate(data.split(b"\n")):
+            where = f"{path}:row {len(rows)}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise _error(
+                    "dataset.line_too_long",
+                    f"line {i + 1} is {len(raw)} bytes, more than the {MAX_LINE_BYTES} a line "
+                    "may have",
+                    where,
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _error("dataset.unreadable", f"line {i + 1}: {exc}", where) from None
             if not line.strip():
                 continue
             try:
                 rows.append(json.loads(line))
             except ValueError as exc:
                 raise _error(
-                    "dataset.bad_row",
-                    f"row {len(rows)} (line {i + 1}) is not JSON: {exc}",
-                    f"{path}:row {len(rows)}",
+                    "dataset.bad_row", f"row {len(rows)} (line {i + 1}) is not JSON: {exc}", where
                 ) from exc
+            except RecursionError:
+                raise _error(
+                    "dataset.bad_row", f"row {len(rows)} (line {i + 1}) is nested too deep", where
+                ) from None
+            if len(rows) > MAX_ROWS:
+                break
     if not rows:
         raise _error("dataset.empty", "the dataset has no rows", str(path))
     if len(rows) > MAX_ROWS:
@@ -187,18 +261,27 @@ def row_prompt_ids(row: Any, tokenizer: Any, vocab_size: int, where: str) -> tup
         chat = row["prompt"]
     if chat is not None:
         messages = _messages(chat, where)
-        if not getattr(tokenizer, "chat_template", None):
+        from xconf.adapters.models.chat_template import chat_template, render_chat
+
+        if chat_template(tokenizer) is None:
             raise _error(
                 "dataset.no_chat_template",
                 "the row has chat messages but the tokenizer has no chat template",
                 where,
             )
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # The template is the checkpoint's code: rendered sandboxed and bounded.
+        text = render_chat(tokenizer, messages, where=where)
     elif isinstance(row.get("prompt"), str) and row["prompt"]:
         text = row["prompt"]
     else:
         raise _error(
             "dataset.no_prompt", "the row has no 'prompt', 'messages' or 'prompt_ids'", where
+        )
+    if len(text) > MAX_PROMPT_CHARS:
+        raise _error(
+            "dataset.too_long",
+            f"the prompt is {len(text)} characters, more than the {MAX_PROMPT_CHARS} tokenized",
+            where,
         )
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if not ids:
@@ -211,8 +294,18 @@ def load_prompt_ids(
 ) -> list[tuple[int, ...]]:
     """Every row checked, then shuffled (if asked) and cut to ``max_prompts``."""
     path = Path(options.path)
+    data = read_dataset_bytes(path)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != options.sha256:
+        # Tokens of these bytes would be cached under the other digest: refuse them.
+        raise _error(
+            "dataset.changed",
+            f"the file changed since the experiment was planned (sha256 {options.sha256[:16]}… "
+            f"then, {digest[:16]}… now); plan it again",
+            str(path),
+        )
     prompts = []
-    for i, row in enumerate(read_rows(path)):
+    for i, row in enumerate(read_rows(path, data)):
         where = f"{path}:row {i}"
         ids = row_prompt_ids(row, tokenizer, vocab_size, where)
         if len(ids) + options.max_tokens > max_model_len:

@@ -5,7 +5,14 @@ The source is compiled once per machine with the system C++ compiler (``$CXX``, 
 ``$XCONF_KERNEL_CACHE`` (default ``~/.cache/xconf/kernels``) under a name derived from the
 source, the compiler, the flags and the target's ISA macros, so a changed source or a
 different CPU never reuses a stale library. Publication is a rename, so concurrent
-processes never load a half-written file. The library is loaded with ``ctypes``, whose
+processes never load a half-written file. Beside each library its SHA-256 is recorded
+(``<name>.so.sha256``, also published by a rename); a library is loaded only from a
+file whose bytes (read from one descriptor, still open and still the file at that name
+when it is loaded) match that record, so a planted, truncated or empty file is never
+``dlopen``ed (its constructor never runs): it is rebuilt, with a warning that says so. A
+cache directory that is not a directory owned by this user and writable by no one else is
+refused (someone who can write it could plant a library and its record together). The
+library is loaded with ``ctypes``, whose
 calls release the GIL: rows are split across up to ``torch.get_num_threads()`` threads,
 and since every row is reduced alone the split never changes a bit.
 
@@ -19,8 +26,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -31,6 +40,8 @@ from typing import Any, Literal
 
 import torch
 
+from xconf.artifacts.layout import read_regular
+from xconf.errors import XconfError
 from xconf.ops.logprob.errors import LogprobValidationError
 
 Variant = Literal["best", "portable"]
@@ -55,6 +66,8 @@ MIN_ELEMENTS_PER_THREAD = 1 << 18
 # others instead of holding up the call (a row's bits never depend on its chunk).
 CHUNKS_PER_THREAD = 8
 COMPILE_TIMEOUT_S = 300
+DIGEST_SUFFIX = ".sha256"
+log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -73,6 +86,8 @@ class NativeKernel:
     isa: str
     _fn: Any
     _merge: Any
+    # Why the cached library was rebuilt before this load (damaged, planted, unrecorded).
+    rebuilt: str | None = None
 
     @property
     def label(self) -> str:
@@ -193,14 +208,34 @@ def _load(variant: Variant) -> NativeKernel | str:
         return f"cannot query the compiler {compiler}: {exc}"
     directory = cache_dir()
     path = directory / f"row_partials_{key}.so"
-    if not path.exists():
+    unsafe = _unsafe_cache_dir(directory)
+    if unsafe is not None:
+        log.warning("native kernel not loaded: %s", unsafe)
+        return unsafe
+    rebuilt = None
+    loaded = _open_recorded(path)
+    if isinstance(loaded, str):
+        if loaded != "missing":
+            rebuilt = f"{path} was rebuilt: {loaded}"
+            log.warning("%s", rebuilt)
         reason = _compile(compiler, variant, directory, path)
         if reason is not None:
             return reason
+        loaded = _open_recorded(path)
+        if isinstance(loaded, str):
+            return f"cannot load {path} after building it: {loaded}"
     try:
+        # The name must still be the file whose bytes were digested (the descriptor stays
+        # open, so its inode cannot be reused). Not ``/proc/self/fd/N``: the loader matches
+        # an already loaded library by that name, and descriptor numbers repeat.
+        opened, named = os.fstat(loaded), os.stat(path, follow_symlinks=False)
+        if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+            return f"cannot load {path}: it was replaced while it was checked"
         library = ctypes.CDLL(str(path))
     except OSError as exc:
         return f"cannot load {path}: {exc}"
+    finally:
+        os.close(loaded)
     fn = library.xconf_row_partials
     fn.restype = None
     fn.argtypes = [
@@ -218,7 +253,7 @@ def _load(variant: Variant) -> NativeKernel | str:
     merge.argtypes += [ctypes.c_void_p]
     library.xconf_partials_isa.restype = ctypes.c_int32
     isa = "avx512" if library.xconf_partials_isa() == 512 else "portable"
-    return NativeKernel(path, isa, fn, merge)
+    return NativeKernel(path, isa, fn, merge, rebuilt)
 
 
 def _compiler() -> str | None:
@@ -258,13 +293,101 @@ def _compile(compiler: str, variant: Variant, directory: Path, path: Path) -> st
         done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         if done.returncode != 0:
             return f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}"
-        os.replace(temp, path)  # atomic: a concurrent builder publishes identical bytes
+        digest = hashlib.sha256(Path(temp).read_bytes()).hexdigest()
+        # The record first, then the library, each by a rename: a reader never sees a
+        # library newer than its record (a concurrent builder publishes identical bytes; if
+        # not, the next load finds the mismatch and rebuilds).
+        _publish_text(directory, _record_path(path), digest + "\n")
+        os.replace(temp, path)
         return None
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{' '.join(command)} failed: {exc}"
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+def _publish_text(directory: Path, target: Path, text: str) -> None:
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".record-")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _unsafe_cache_dir(directory: Path) -> str | None:
+    """Why ``directory`` may not hold libraries this process loads, or None when it may.
+
+    It is created ``0700`` when missing; an existing one must be a directory (a link to
+    one is resolved) owned by this user and writable by neither group nor others.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = directory.stat()
+    except OSError as exc:
+        return f"cannot use the kernel cache {directory}: {exc}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"the kernel cache {directory} is not a directory"
+    if info.st_uid != os.getuid():
+        return f"the kernel cache {directory} is owned by uid {info.st_uid}, not this user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"the kernel cache {directory} is writable by others (mode "
+            f"{stat.S_IMODE(info.st_mode):o}): refused, make it 0700 or point "
+            "XCONF_KERNEL_CACHE at a private directory"
+        )
+    return None
+
+
+def _open_recorded(path: Path) -> int | str:
+    """An open descriptor on ``path`` whose bytes match its recorded digest, or why not
+    (``"missing"`` when there is no library yet)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot open it ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("not a regular file")
+        if info.st_size == 0:
+            raise _Refused("it is empty")
+        try:
+            # A bounded regular file, never a link or a FIFO (a read that would block).
+            record = read_regular(_record_path(path), limit=256)
+            recorded = (record or b"").decode("ascii").strip()
+        except (OSError, UnicodeDecodeError, XconfError):
+            recorded = ""
+        if not recorded:
+            raise _Refused("no digest of the build is recorded beside it")
+        digest = hashlib.sha256()
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != recorded:
+            raise _Refused("its bytes do not match the digest recorded when it was built")
+    except _Refused as refused:
+        os.close(fd)
+        return str(refused)
+    except OSError as exc:
+        os.close(fd)
+        return f"cannot read it ({exc.strerror})"
+    return fd
+
+
+class _Refused(Exception):
+    pass
 
 
 _POOL_LOCK = threading.Lock()
