@@ -66,8 +66,8 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank
-from xconf.verify_verdict import rejudge_attempt
 from xconf.shown_text import bounded
+from xconf.verify_verdict import rejudge_attempt
 
 XCONF_VERSION = provenance.XCONF_VERSION
 __all__ = ["PairedRunner", "frozen_inputs"]

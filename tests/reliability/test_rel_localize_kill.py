@@ -21,7 +21,7 @@ from tests.reliability.relhelpers import REPO, child_env
 # (1 localize.json, 2 taps.safetensors, 3 COMPLETE) is published.
 CHILD = """
 import os, signal, sys
-import xconf.localize.artifact as artifact
+import xconf.artifacts.store as artifact
 real = artifact.publish_bytes
 calls = []
 def killing(*args, **kwargs):
@@ -43,7 +43,7 @@ def test_localize_killed_while_publishing_then_rerun(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from xconf.cli.main import main
-    from xconf.localize.artifact import latest
+    from xconf.artifacts.localization import latest
     from xconf.report.build import build_report
     from xconf.verify import EXIT_VALID, verify_run
 
