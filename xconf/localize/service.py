@@ -89,7 +89,9 @@ def localize_case(
     check_replayable(inputs.case)
     with third_party_output(inputs.store.path, output):
         if adapter is None:
-            adapter = runtime_for(runtime if runtime is not None else inputs.runtime_kind)
+            adapter = runtime_for(
+                runtime if runtime is not None else inputs.runtime_kind, inputs.runtime_record
+            )
         identity = refreeze(adapter, inputs.identity)
         names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
         layers = num_layers(adapter)

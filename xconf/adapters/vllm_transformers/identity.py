@@ -53,6 +53,18 @@ _RECIPE_KEYS = frozenset(
 )
 
 
+def thaw_recipe(frozen: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe a frozen identity was frozen from: the keys :func:`freeze` adds (the spec
+    digest, where the tokenizer is, the dataset file's digest) removed, so freezing it again
+    (``xconf localize``) parses as the experiment's own recipe did and gives the same tokens."""
+    recipe = {k: v for k, v in frozen.items() if k not in ("model_spec_sha256", "tokenizer_path")}
+    dataset = recipe.get("dataset")
+    if isinstance(dataset, Mapping):
+        # The file is digested again when it is parsed: a changed file is new frozen tokens.
+        recipe["dataset"] = {k: v for k, v in dataset.items() if k != "sha256"}
+    return recipe
+
+
 def model_spec(options: Mapping[str, Any] | None) -> ModelSpec:
     allowed = {f.name for f in fields(ModelSpec)}
     options = dict(options or {})
