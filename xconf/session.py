@@ -28,7 +28,7 @@ from xconf.run_output import OutputPolicy, third_party_output
 from xconf.runtime.loading import instantiate_runtime, load_runtime_config
 
 if TYPE_CHECKING:
-    from xconf.localize.service import Localization
+    from xconf.localize.service import Localization, LocalizeFailure
     from xconf.runner import CaseRecord, RunSummary
 
 Mode = Literal["plan", "run"]
@@ -184,6 +184,9 @@ class View(Protocol):
     def localized(self, result: Localization | None) -> None:
         """One case localized after the verdict (``None``: the run had no failing case)."""
 
+    def localize_failed(self, failure: LocalizeFailure) -> None:
+        """A failing case that could not be localized (recorded in the run directory)."""
+
 
 @runtime_checkable
 class OutcomeReceiver(Protocol):
@@ -281,7 +284,7 @@ def run(
             # Localizing builds engines again: their output goes where the run's went.
             with third_party_output(prepared.store.path, output):
                 failing = localize_failing(
-                    summary, adapter, on_result=view.localized, on_error=report_error
+                    summary, adapter, on_result=view.localized, on_error=view.localize_failed
                 )
             if not failing:
                 view.localized(None)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionPlan
-    from xconf.localize.service import Localization
+    from xconf.localize.service import Localization, LocalizeFailure
     from xconf.runner import CaseRecord, RunSummary
     from xconf.session import Prepared
 
@@ -191,3 +191,12 @@ class ConsoleView:
         from xconf.cli.localize import show
 
         show(result, self.console)
+
+    def localize_failed(self, failure: LocalizeFailure) -> None:
+        # On xconf's own console: stderr is the run log while engines run (run_output).
+        self.console.print(Text(failure.line, style="yellow"))
+        if failure.path is not None:
+            self.console.print(Text(f"recorded in {failure.path}", style="dim"))
+        elif failure.record_error is not None:
+            err = failure.record_error
+            self.console.print(Text(f"not recorded: [{err.code}] {err.message}", style="red"))

@@ -6,6 +6,11 @@ and resume reject extra entries), so localizing never touches it. Each localizat
 new ``a-NNNN`` (allocated atomically); files are published with the artifact store's
 no-overwrite writer and ``COMPLETE`` (the SHA-256 of each file) is published last.
 Reading it back (:func:`latest`) is torch-free, for the report.
+
+A case that ``--localize`` (``localize=true``) could not localize is recorded the same way
+with ``localize.json`` alone (``status: "error"``, the coded error and its line), so the
+report says why a failing case has no chart; ``xconf localize`` itself writes nothing when
+it refuses (its exit code and message say it).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from xconf.errors import XconfError
 LOCALIZE_SCHEMA = "xconf.localize.v1"
 SEAL_SCHEMA = "xconf.localize.seal.v1"
 FILES = ("localize.json", "taps.safetensors")
+FAILURE_FILES = ("localize.json",)
 SEAL = "COMPLETE"
 KIND_CODES = {"embedding": 0, "attention": 1, "mlp": 2, "residual": 3, "final_norm": 4, "logits": 5}
 
@@ -54,27 +60,21 @@ def tap_tensors(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
-    from safetensors.torch import save
-
+def _publish(
+    run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any], extra: dict[str, bytes]
+) -> Published:
     from xconf.artifacts.store import json_bytes
 
-    payloads_of = {
-        "taps.safetensors": save(
-            {k: v.contiguous() for k, v in tap_tensors(document).items()},
-            metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
-        ),
-    }
     with real_dir(run_path, "localize", case_id, attempt_id) as parent:
         localize_id, directory = allocate_attempt_dir(parent)
         try:
             payloads = {
                 "localize.json": json_bytes({**document, "localize_id": localize_id}),
-                **payloads_of,
+                **extra,
             }
             digests = {
-                name: publish_bytes(directory, name, payloads[name], staging=parent)
-                for name in FILES
+                name: publish_bytes(directory, name, data, staging=parent)
+                for name, data in payloads.items()
             }
             seal = {
                 "schema": SEAL_SCHEMA,
@@ -89,23 +89,58 @@ def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, A
         return Published(parent.path / localize_id, localize_id)
 
 
+def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
+    from safetensors.torch import save
+
+    taps = save(
+        {k: v.contiguous() for k, v in tap_tensors(document).items()},
+        metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
+    )
+    return _publish(run_path, case_id, attempt_id, document, {"taps.safetensors": taps})
+
+
+def failure_document(case_id: str, attempt_id: str, error: XconfError) -> dict[str, Any]:
+    where = f" at '{error.path}'" if error.path else ""
+    return {
+        "schema": LOCALIZE_SCHEMA,
+        "status": "error",
+        "case_id": case_id,
+        "attempt_id": attempt_id,
+        "error": {"code": error.code, "message": error.message, "path": error.path},
+        "line": f"localize failed: [{error.code}]{where}: {error.message}",
+    }
+
+
+def publish_failure(run_path: Path, case_id: str, attempt_id: str, error: XconfError) -> Published:
+    """Record why ``--localize`` could not localize a case (sealed like a localization)."""
+    return _publish(run_path, case_id, attempt_id, failure_document(case_id, attempt_id, error), {})
+
+
 def _sealed_document(path: Path) -> dict[str, Any] | None:
     """The document of a localization whose seal verifies (the artifact store's seal
     helpers: bounded regular files, depth-bounded JSON, digests), else None."""
     seal = read_seal(path)
     if isinstance(seal, Damaged) or seal.get("schema") != SEAL_SCHEMA:
         return None
-    if set(seal["files"]) != set(FILES) or file_problems(path, seal["files"], FILES):
+    files = seal.get("files")
+    names = FILES if isinstance(files, dict) and set(files) == set(FILES) else FAILURE_FILES
+    if not isinstance(files, dict) or set(files) != set(names):
+        return None
+    if file_problems(path, files, names):
         return None
     try:
         document = read_json(path / "localize.json")
     except (OSError, XconfError):
         return None
-    return document if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        return None
+    failed = document.get("status") == "error"
+    return document if failed == (names == FAILURE_FILES) else None
 
 
 def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
-    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free)."""
+    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free); a
+    recorded failure (``status: "error"``) counts: it is the newest answer."""
     root = run_path / "localize" / case_id
     if root.is_symlink() or not root.is_dir():
         return None

@@ -22,7 +22,7 @@ from xconf.localize.analysis import (
     first_divergence,
     verdict_line,
 )
-from xconf.localize.artifact import LOCALIZE_SCHEMA, publish
+from xconf.localize.artifact import LOCALIZE_SCHEMA, publish, publish_failure
 from xconf.localize.inputs import load_inputs
 from xconf.localize.names import name_map, taps
 from xconf.localize.replay import (
@@ -153,22 +153,52 @@ def localize_case(
     return Localization({**document, "localize_id": published.localize_id}, published.path, line)
 
 
+@dataclass(frozen=True)
+class LocalizeFailure:
+    """A failing case ``--localize`` could not localize: its coded error, and where the
+    failure was recorded (None: recording it failed too, ``record_error`` says why)."""
+
+    case_id: str
+    label: str
+    error: XconfError
+    path: Path | None
+    record_error: XconfError | None = None
+
+    @property
+    def line(self) -> str:
+        where = f" at '{self.error.path}'" if self.error.path else ""
+        return (
+            f"localize {self.case_id} ({self.label}) failed: "
+            f"[{self.error.code}]{where}: {self.error.message}"
+        )
+
+
 def localize_failing(
     summary: Any,
     adapter: Any,
     *,
     on_result: Callable[[Localization], None],
-    on_error: Callable[[XconfError], None],
+    on_error: Callable[[LocalizeFailure], None],
 ) -> int:
     """Localize every failing case of ``summary`` (a ``RunSummary``) with the run's adapter,
-    handing each result to ``on_result``; a case that cannot be localized goes to ``on_error``
-    with its coded error and the others still run. Returns how many cases were failing."""
+    handing each result to ``on_result``. A case that cannot be localized is recorded
+    (:func:`~xconf.localize.artifact.publish_failure`) and goes to ``on_error`` with its
+    coded error; the others still run. Returns how many cases were failing."""
     failing = [r for r in summary.records if r.result in FAILING]
+    run_dir = Path(summary.experiment_dir)
     for record in failing:
         try:
-            result = localize_case(Path(summary.experiment_dir), record.case_id, adapter=adapter)
+            result = localize_case(run_dir, record.case_id, adapter=adapter)
         except XconfError as error:
-            on_error(error)
+            on_error(_record_failure(run_dir, record, error))
             continue
         on_result(result)
     return len(failing)
+
+
+def _record_failure(run_dir: Path, record: Any, error: XconfError) -> LocalizeFailure:
+    try:
+        published = publish_failure(run_dir, record.case_id, record.attempt_id, error)
+    except XconfError as failed:
+        return LocalizeFailure(record.case_id, record.label, error, None, failed)
+    return LocalizeFailure(record.case_id, record.label, error, published.path)
