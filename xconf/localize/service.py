@@ -40,6 +40,11 @@ FLOOR_DEFINITION = (
     "and each baseline side scored twice; a tap diverges when the case's rollout-vs-training "
     f"relative L2 difference exceeds {FACTOR:g} x max(floor, {MIN_FLOOR:g})"
 )
+BASELINE_FLOOR_DEFINITION = (
+    "the case is the baseline: per tap, the larger of each baseline side scored twice; a tap "
+    "diverges when the baseline's own rollout-vs-training relative L2 difference exceeds "
+    f"{FACTOR:g} x max(floor, {MIN_FLOOR:g})"
+)
 
 
 FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
@@ -115,6 +120,7 @@ def localize_case(
             (training_base.passes[0], training_base.passes[1]),
             rollout_case.passes[0],
             training_case.passes[0],
+            of_baseline=case.case_id == base.case_id,
         )
     flavours = {"rollout": rollout_case.flavour, "training": training_case.flavour}
     first = first_divergence(results)
@@ -142,7 +148,9 @@ def localize_case(
         },
         "factor": FACTOR,
         "min_floor": MIN_FLOOR,
-        "floor_definition": FLOOR_DEFINITION,
+        "floor_definition": BASELINE_FLOOR_DEFINITION
+        if case.case_id == base.case_id
+        else FLOOR_DEFINITION,
         "taps": [_tap_row(r, names, flavours) for r in results],
         "first_divergence": None if first is None else _tap_row(first, names, flavours),
         "sides": flavours,
