@@ -102,9 +102,17 @@ def architecture(adapter: Any) -> str | None:
     return str(adapter.record.architecture)
 
 
-def num_layers(adapter: Any) -> int:
-    """Decoder layers of the run's checkpoint, as transformers reads its config (GPT-2's
-    ``n_layer`` is its ``num_hidden_layers``; a nested ``text_config`` holds the decoder's)."""
+@dataclass(frozen=True)
+class ModelShape:
+    layers: int
+    hidden: int
+    vocab: int
+
+
+def model_shape(adapter: Any) -> ModelShape:
+    """Decoder layers, hidden size and vocabulary of the run's checkpoint, as transformers
+    reads its config (GPT-2's ``n_layer`` is its ``num_hidden_layers``; a nested
+    ``text_config`` holds the decoder's)."""
     from transformers import AutoConfig
 
     path = str(adapter.record.path)
@@ -114,14 +122,16 @@ def num_layers(adapter: Any) -> int:
         raise LocalizeError(
             "localize.bad_config", f"config.json does not load: {exc}", f"{path}/config.json"
         ) from exc
-    layers = getattr(getattr(config, "text_config", None) or config, "num_hidden_layers", None)
-    if not isinstance(layers, int) or layers < 1:
+    text = getattr(config, "text_config", None) or config
+    values = [getattr(text, k, None) for k in ("num_hidden_layers", "hidden_size", "vocab_size")]
+    if not all(isinstance(v, int) and v > 0 for v in values):
         raise LocalizeError(
             "localize.bad_config",
-            "config.json gives no number of decoder layers (num_hidden_layers)",
+            "config.json does not give num_hidden_layers, hidden_size and vocab_size",
             f"{path}/config.json",
         )
-    return layers
+    layers, hidden, vocab = (int(v) for v in values)  # type: ignore[arg-type]
+    return ModelShape(layers, hidden, vocab)
 
 
 def execution_case(case: Case) -> Any:

@@ -23,12 +23,13 @@ from xconf.localize.analysis import (
     verdict_line,
 )
 from xconf.localize.artifact import LOCALIZE_SCHEMA, publish, publish_failure
+from xconf.localize.budget import select
 from xconf.localize.inputs import load_inputs
 from xconf.localize.names import name_map, taps
 from xconf.localize.replay import (
     architecture,
     check_replayable,
-    num_layers,
+    model_shape,
     refreeze,
     runtime_for,
     score_side,
@@ -97,11 +98,22 @@ def localize_case(
             adapter = runtime_for(
                 runtime if runtime is not None else inputs.runtime_kind, inputs.runtime_record
             )
-        identity = refreeze(adapter, inputs.identity)
+        frozen = refreeze(adapter, inputs.identity)
         names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
-        layers = num_layers(adapter)
+        shape = model_shape(adapter)
+        layers = shape.layers
         tap_list = taps(layers)
         base, case = inputs.baseline, inputs.case
+        passes = 4 if case.case_id == base.case_id else 6
+        selection = select(
+            frozen,
+            inputs.attempt_path,
+            hidden=shape.hidden,
+            vocab=shape.vocab,
+            layers=layers,
+            passes=passes,
+        )
+        identity = selection.identity
         rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
         rollout_case = (
             rollout_base
@@ -132,19 +144,21 @@ def localize_case(
         "attempt_id": inputs.attempt_id,
         "baseline_case_id": base.case_id,
         "changed": dict(case.changed),
-        "identity_sha256": identity.digest(),
+        "identity_sha256": frozen.digest(),
         "runtime_kind": inputs.runtime_kind,
         "architecture": names.architecture,
         "checkpoint_sha256": adapter.record.checkpoint_sha256,
         # A sha256 checkpoint id was checked against the rebuilt weights when re-freezing;
         # any other id cannot prove the weights are the run's.
-        "checkpoint_verified": identity.checkpoint_id.startswith("sha256:"),
+        "checkpoint_verified": frozen.checkpoint_id.startswith("sha256:"),
         "num_layers": layers,
         "scoring": {
             "mode": identity.scoring_mode,
             "requests": "one at a time",
             "selected_logprob_operator": "native",
-            "positions": "0 .. T-2 of every frozen sample",
+            "positions": "0 .. T-2 of every replayed sample",
+            "samples": list(selection.samples),
+            "samples_note": selection.note,
         },
         "factor": FACTOR,
         "min_floor": MIN_FLOOR,
