@@ -41,10 +41,12 @@ $(TRITON_SITE)/.installed: $(STAMP)
 
 setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed
 
-# S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
+# S2 on CPU on the real pretrained default (SmolLM2-135M-Instruct, converted once from the
+# GGUF that setup installs): vLLM rollout against the Hugging Face scorer, one knob at a time.
+# `+experiment=s2_cpu` is the same experiment on the tiny random Qwen3 the tests use.
 # Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.
 run: setup
-	$(VENV)/bin/xconf-run +experiment=s2_cpu runtime=vllm_hf; rc=$$?; [ $$rc -le 1 ]
+	$(VENV)/bin/xconf-run +experiment=s2_smollm2 runtime=vllm_hf; rc=$$?; [ $$rc -le 1 ]
 
 # S0: the synthetic model, every framework path, in seconds.
 run-s0: setup
