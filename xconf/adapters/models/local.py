@@ -151,7 +151,7 @@ class DigestCache:
         return h.hexdigest()
 
 
-def _check_weights(root: Path) -> list[Path]:
+def weight_files(root: Path) -> list[Path]:
     """The safetensors files the engines load (the index's shards, or every one)."""
     names = {p.name for p in _regular_files(root)}
     shards = {n for n in names if n.endswith(".safetensors")}
@@ -234,7 +234,7 @@ def open_checkpoint(
         raise _error("model.missing_dir", "checkpoint directory does not exist", root)
     root = root.resolve()
     cfg = _read_config(root, trust_remote_code)
-    weight_files = _check_weights(root)
+    shards = weight_files(root)
     tok_root = Path(tokenizer_path).expanduser().resolve() if tokenizer_path else root
     if not tok_root.is_dir():
         raise _error("model.missing_tokenizer_dir", "tokenizer directory does not exist", tok_root)
@@ -246,7 +246,7 @@ def open_checkpoint(
     _regular_files(tok_root)  # a broken or odd link among the tokenizer files is refused too
     facts = model_facts(root, trust_remote_code)
     require_supported(facts)
-    check_checkpoint(root, tok_root, facts, weight_files, trust_remote_code)
+    check_checkpoint(root, tok_root, facts, shards, trust_remote_code)
     cache = DigestCache(cache_dir)
     ckpt_sha = cache.digest(root)
     tok_sha = cache.digest(tok_root, TOKENIZER_FILES)

@@ -50,16 +50,16 @@ def _unavailable(message: str) -> RuntimeUnavailableError:
     return RuntimeUnavailableError("model.pretrained_unavailable", message, "runtime.model")
 
 
-def gguf_source() -> Path:
+def gguf_source(package: str = PACKAGE) -> Path:
     """The packaged GGUF file (located without importing the package, whose own
     dependencies are not installed)."""
     from importlib import metadata
 
     try:
-        dist = metadata.distribution(PACKAGE)
+        dist = metadata.distribution(package)
     except metadata.PackageNotFoundError as exc:
         raise _unavailable(
-            f"the pretrained default needs the package {PACKAGE}: {INSTALL_HINT}"
+            f"the pretrained default needs the package {package}: {INSTALL_HINT}"
         ) from exc
     if dist.version != PACKAGE_VERSION:
         raise _unavailable(
