@@ -1,5 +1,5 @@
 """Every architecture of the matrix localizes, on checkpoints made with transformers' own
-classes (tests/localize/hf_checkpoints.py), vLLM against transformers.
+classes (tests/adapters/archs.py), vLLM against transformers.
 
 The baseline of each is localized against itself: its taps must all fire on both sides,
 and every tap's float32 cross-engine difference must be at rounding level. A tap whose two
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.adapters.archs import write_checkpoint
 from tests.adapters.conftest import needs_vllm
-from tests.localize import hf_checkpoints
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 from xconf.localize.names import can_tap, name_map, taps
 from xconf.localize.service import localize_case
@@ -26,6 +26,16 @@ SAMPLES = (
     FrozenSample((11, 42, 7, 99, 3), (250, 17, 64, 8, 301, 5)),
     FrozenSample((5, 6, 7), (380, 22, 13, 77, 2, 140, 9)),
 )
+# archs.py's name for each architecture of the matrix (Llama: test_localize_recipe.py, a
+# user checkpoint with a recipe identity)
+MATRIX = {
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
+    "Gemma2ForCausalLM": "gemma2",
+    "GPT2LMHeadModel": "gpt2",
+}
 CROSS_ROUNDING = 1e-4  # float32 vLLM against transformers: ~1e-7 .. 1e-5 on these models
 
 
@@ -46,7 +56,7 @@ def _run(architecture: str, root: Path) -> tuple[Any, Any]:
     from xconf.localize.replay import runtime_for
     from xconf.session import prepare, run_prepared
 
-    checkpoint = hf_checkpoints.build(architecture, root / "checkpoint")
+    checkpoint = write_checkpoint(MATRIX[architecture], root / "checkpoint")
     recorded = {
         "target": "xconf.adapters.vllm_transformers.adapter:VllmHfRuntime",
         "options": {"model": {"path": str(checkpoint)}},
@@ -57,10 +67,7 @@ def _run(architecture: str, root: Path) -> tuple[Any, Any]:
     return summary, checkpoint
 
 
-# Llama localizes in test_localize_recipe.py (a user checkpoint with a recipe identity).
-@pytest.mark.parametrize(
-    "architecture", sorted(set(hf_checkpoints.ARCHITECTURES) - {"LlamaForCausalLM"})
-)
+@pytest.mark.parametrize("architecture", sorted(MATRIX))
 def test_every_architecture_localizes(architecture: str, model_cache: str, tmp_path) -> None:
     summary, checkpoint = _run(architecture, tmp_path)
     (baseline,) = summary.records

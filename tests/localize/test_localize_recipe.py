@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.adapters.archs import write_checkpoint
 from tests.adapters.conftest import needs_vllm
 from tests.inputs.datasets import write_jsonl
-from tests.localize import hf_checkpoints
 from xconf.localize.artifact import latest
 
 pytestmark = [needs_vllm, pytest.mark.slow]
@@ -35,7 +35,7 @@ def test_a_local_checkpoint_run_with_a_dataset_localizes(
     from xconf.runtime.loading import instantiate_runtime
     from xconf.session import prepare, run_prepared
 
-    checkpoint = hf_checkpoints.build("LlamaForCausalLM", tmp_path / "llama")
+    checkpoint = write_checkpoint("llama", tmp_path / "llama")
     data = write_jsonl(tmp_path / "prompts.jsonl", PROMPTS)
     overrides = [
         "+experiment=s2_cpu",
