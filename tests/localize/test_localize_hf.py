@@ -161,3 +161,26 @@ def test_localize_step_after_a_run_draws_each_failing_case(planted_run) -> None:
     assert "first divergence: layer 3 MLP output" in text
     view.localized(None)
     assert view.console.export_text().strip() == "localize: no failing case"
+
+
+def test_past_the_memory_bound_the_worst_samples_are_replayed(planted_run, monkeypatch) -> None:
+    """With room for one sample only, localize replays the case's worst sample, says so, and
+    still names the planted layer (floor and case measured on the same sample)."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from xconf.localize import budget
+
+    monkeypatch.setattr(budget, "MAX_BYTES", 1)
+    case = case_of(planted_run)
+    record = next(r for r in planted_run.records if r.case_id == case)
+    attempt = run_dir(planted_run) / "cases" / case / record.attempt_id
+    diffs = load_file(str(attempt / "token_diffs.safetensors"))
+    worst = np.where(diffs["active_mask"].astype(bool), diffs["abs_diff"], -1).max(axis=1)
+    result = localize_case(
+        run_dir(planted_run), case, adapter=planted.runtime("hf_pair", PLANT_TRAINING)
+    )
+    scoring = result.document["scoring"]
+    assert scoring["samples"] == [int(np.argmax(worst))]
+    assert scoring["samples_note"].startswith("1 of 2 frozen samples")
+    assert result.line == "first divergence: layer 3 MLP output"

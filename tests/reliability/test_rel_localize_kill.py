@@ -42,8 +42,8 @@ def test_localize_killed_while_publishing_then_rerun(
     kill_at: int,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from xconf.cli.main import main
     from xconf.artifacts.localization import latest
+    from xconf.cli.main import main
     from xconf.report.build import build_report
     from xconf.verify import EXIT_VALID, verify_run
 

@@ -54,7 +54,8 @@ def test_terminal_summary_points_at_the_report(run_dir: Path) -> None:
     text = console.export_text()
     assert "exp-report" in text and "2 fail" in text
     assert "logp.backend=smoke_only.logp_offset" in text
-    assert "most drift: logp.backend" in text
+    assert "most drift: rollout.dtype=bfloat16" in text  # the largest rise in mean |diff|
+    assert "training.sharding=fsdp: [runtime.engine_failed] engine construction failed" in text
     assert f"report: {run_dir / 'report.html'}" in text
     assert "attempt(s) without a verified seal" in text
 

@@ -23,6 +23,8 @@ SEAL_SCHEMA = "xconf.localize.seal.v1"
 DOCUMENT_NAME = "localize.json"
 TAPS_NAME = "taps.safetensors"
 FILES = (DOCUMENT_NAME, TAPS_NAME)
+# A case ``--localize`` could not localize: its document alone (``status: "error"``).
+FAILURE_FILES = (DOCUMENT_NAME,)
 
 
 def _sealed_document(path: Path) -> dict[str, Any] | None:
@@ -31,17 +33,25 @@ def _sealed_document(path: Path) -> dict[str, Any] | None:
     seal = read_seal(path)
     if isinstance(seal, Damaged) or seal.get("schema") != SEAL_SCHEMA:
         return None
-    if set(seal["files"]) != set(FILES) or file_problems(path, seal["files"], FILES):
+    files = seal.get("files")
+    if not isinstance(files, dict):
+        return None
+    names = FILES if set(files) == set(FILES) else FAILURE_FILES
+    if set(files) != set(names) or file_problems(path, files, names):
         return None
     try:
         document = read_json(path / DOCUMENT_NAME)
     except (OSError, XconfError):
         return None
-    return document if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        return None
+    failed = document.get("status") == "error"
+    return document if failed == (names == FAILURE_FILES) else None
 
 
 def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
-    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free)."""
+    """The newest localization of ``case_id`` whose seal verifies, or None (torch-free); a
+    recorded failure (``status: "error"``) counts: it is the newest answer."""
     root = run_path / LOCALIZE_DIR / case_id
     if root.is_symlink() or not root.is_dir():
         return None

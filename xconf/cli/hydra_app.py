@@ -48,7 +48,9 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
             OmegaConf.to_container(cfg.runtime, resolve=True),  # type: ignore[arg-type]
             session.RunOptions.from_config(cfg),
             view=view,
-            after_verdict=after_verdict(bool(cfg.get("localize")), view.localized),
+            after_verdict=after_verdict(
+                bool(cfg.get("localize")), view.localized, view.localize_failed
+            ),
         )
 
     return session.guarded(step)

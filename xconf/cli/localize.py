@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # only argparse at module level: `xconf --help` imports this 
     from rich.console import Console
     from rich.table import Table
 
-    from xconf.localize.service import Localization
+    from xconf.localize.service import Localization, LocalizeFailure
     from xconf.session import AfterVerdict, Outcome
 
 
@@ -68,16 +68,18 @@ def show(result: Localization, console: Console) -> None:
 
 
 def after_verdict(
-    localize: bool, on_result: Callable[[Localization | None], None]
+    localize: bool,
+    on_result: Callable[[Localization | None], None],
+    on_error: Callable[[LocalizeFailure], None],
 ) -> tuple[AfterVerdict, ...]:
     """The run's after-verdict hooks: with ``--localize`` (``localize=true``), every failing
-    case localized and drawn (``on_result``) before the report is written."""
+    case localized and drawn (``on_result``) before the report is written; a case that
+    cannot be localized is recorded and said (``on_error``), never silent."""
     if not localize:
         return ()
     from xconf.localize import service
-    from xconf.session import report_error
 
-    return (service.after_verdict(on_result, report_error),)
+    return (service.after_verdict(on_result, on_error),)
 
 
 def step(args: argparse.Namespace, view: Any) -> Outcome:

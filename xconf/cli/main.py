@@ -59,10 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
-    from xconf.cli import judge, make_checkpoint
+    from xconf.cli import check_model, judge, make_checkpoint
     from xconf.cli import localize as localize_cli
 
     make_checkpoint.add_parser(sub)
+    check_model.add_parser(sub)
     judge.add_parser(sub)
     localize_cli.add_parser(sub)
     return parser
@@ -96,7 +97,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
         runtime_config(args.runtime, args.overrides),
         options,
         view=view,
-        after_verdict=after_verdict(args.localize, view.localized),
+        after_verdict=after_verdict(args.localize, view.localized, view.localize_failed),
     )
 
 
@@ -119,6 +120,13 @@ def _make_checkpoint(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.session import Outcome
 
     return Outcome(make_checkpoint.run(args, view.console))
+
+
+def _check_model(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import check_model
+    from xconf.session import Outcome
+
+    return Outcome(check_model.run(args, view.console))
 
 
 def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
@@ -148,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "verify": _verify,
         "judge": _judge,
         "make-checkpoint": _make_checkpoint,
+        "check-model": _check_model,
         "localize": _localize,
     }[args.command]
     view = ConsoleView()

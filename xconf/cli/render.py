@@ -17,7 +17,7 @@ from xconf.shown_text import console
 if TYPE_CHECKING:
     from xconf.case_record import CaseRecord, RunSummary
     from xconf.execution_plan import ExecutionPlan
-    from xconf.localize.service import Localization
+    from xconf.localize.service import Localization, LocalizeFailure
     from xconf.session import Prepared
 
 RESULT_STYLE = {
@@ -200,3 +200,12 @@ class ConsoleView:
         from xconf.cli.localize import show
 
         show(result, self.console)
+
+    def localize_failed(self, failure: LocalizeFailure) -> None:
+        # On xconf's own console: stderr is the run log while engines run (run_output).
+        self.console.print(Text(failure.line, style="yellow"))
+        if failure.path is not None:
+            self.console.print(Text(f"recorded in {failure.path}", style="dim"))
+        elif failure.record_error is not None:
+            err = failure.record_error
+            self.console.print(Text(f"not recorded: [{err.code}] {err.message}", style="red"))

@@ -9,6 +9,10 @@ case, which the run judged at the reference settings:
 - ``rollout_repeat`` and ``training_repeat``: each baseline side scored twice (run-to-run
   nondeterminism; zero on a deterministic CPU path).
 
+Localizing the baseline itself asks where the two engines start to disagree at the
+reference settings (a float32 baseline that fails, as a real checkpoint's can): its own
+cross difference is what is measured, so its floor is only the two repeat differences.
+
 A tap of the case *diverges* when its rollout-vs-training relative difference exceeds
 ``FACTOR`` times its floor; a floor below ``MIN_FLOOR`` counts as ``MIN_FLOOR``, so that two
 bitwise-equal baseline sides do not make every rounding-level difference a divergence.
@@ -44,10 +48,12 @@ class TapResult:
     baseline_cross: float
     rollout_repeat: float
     training_repeat: float
+    of_baseline: bool = False  # the case is the baseline: its cross difference is measured
 
     @property
     def floor(self) -> float:
-        return max(self.baseline_cross, self.rollout_repeat, self.training_repeat)
+        repeats = max(self.rollout_repeat, self.training_repeat)
+        return repeats if self.of_baseline else max(self.baseline_cross, repeats)
 
     @property
     def ratio(self) -> float:
@@ -87,6 +93,7 @@ def analyse(
     baseline_training: tuple[Rows, Rows],
     case_rollout: Rows,
     case_training: Rows,
+    of_baseline: bool = False,
 ) -> tuple[TapResult, ...]:
     out = []
     for tap in taps:
@@ -104,6 +111,7 @@ def analyse(
                 training_repeat=difference(
                     baseline_training[1][k], baseline_training[0][k], k
                 ).relative,
+                of_baseline=of_baseline,
             )
         )
     return tuple(out)

@@ -3,6 +3,11 @@
 Each localization is a new ``a-NNNN`` under ``<run>/localize/<case_id>/<attempt_id>/``,
 written by the artifact store's one sealed-directory writer (atomic allocation, no-overwrite
 payloads, ``COMPLETE`` last).
+
+A case that ``--localize`` (``localize=true``) could not localize is recorded the same way
+with ``localize.json`` alone (``status: "error"``, the coded error and its line), so the
+report says why a failing case has no chart; ``xconf localize`` itself writes nothing when
+it refuses (its exit code and message say it).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.artifacts.localization import (
-    FILES,
+    DOCUMENT_NAME,
     LOCALIZE_DIR,
     LOCALIZE_SCHEMA,
     SEAL_SCHEMA,
@@ -21,6 +26,7 @@ from xconf.artifacts.localization import (
 )
 from xconf.artifacts.safe_io import real_dir
 from xconf.artifacts.store import json_bytes, publish_sealed
+from xconf.errors import XconfError
 
 KIND_CODES = {"embedding": 0, "attention": 1, "mlp": 2, "residual": 3, "final_norm": 4, "logits": 5}
 
@@ -53,17 +59,20 @@ def tap_tensors(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
-    from safetensors.torch import save
-
-    taps = save(
-        {k: v.contiguous() for k, v in tap_tensors(document).items()},
-        metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
-    )
+def _publish(
+    run_path: Path,
+    case_id: str,
+    attempt_id: str,
+    document: dict[str, Any],
+    extra: Mapping[str, bytes],
+) -> Published:
+    names = (DOCUMENT_NAME, *extra)
 
     def payload(localize_id: str, name: str) -> bytes:
         # The document names its own directory, known only once it is allocated.
-        return taps if name == TAPS_NAME else json_bytes({**document, "localize_id": localize_id})
+        if name == DOCUMENT_NAME:
+            return json_bytes({**document, "localize_id": localize_id})
+        return extra[name]
 
     def seal(localize_id: str, digests: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -75,5 +84,32 @@ def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, A
         }
 
     with real_dir(run_path, LOCALIZE_DIR, case_id, attempt_id) as parent:
-        localize_id = publish_sealed(parent, FILES, payload, seal)
+        localize_id = publish_sealed(parent, names, payload, seal)
         return Published(parent.path / localize_id, localize_id)
+
+
+def publish(run_path: Path, case_id: str, attempt_id: str, document: dict[str, Any]) -> Published:
+    from safetensors.torch import save
+
+    taps = save(
+        {k: v.contiguous() for k, v in tap_tensors(document).items()},
+        metadata={"case_id": case_id, "attempt_id": attempt_id, "schema": LOCALIZE_SCHEMA},
+    )
+    return _publish(run_path, case_id, attempt_id, document, {TAPS_NAME: taps})
+
+
+def failure_document(case_id: str, attempt_id: str, error: XconfError) -> dict[str, Any]:
+    where = f" at '{error.path}'" if error.path else ""
+    return {
+        "schema": LOCALIZE_SCHEMA,
+        "status": "error",
+        "case_id": case_id,
+        "attempt_id": attempt_id,
+        "error": {"code": error.code, "message": error.message, "path": error.path},
+        "line": f"localize failed: [{error.code}]{where}: {error.message}",
+    }
+
+
+def publish_failure(run_path: Path, case_id: str, attempt_id: str, error: XconfError) -> Published:
+    """Record why ``--localize`` could not localize a case (sealed like a localization)."""
+    return _publish(run_path, case_id, attempt_id, failure_document(case_id, attempt_id, error), {})

@@ -24,6 +24,13 @@ def _read(output: Any, read: str) -> Any:
         return output[0] if isinstance(output, tuple) else output
     if read == "first":
         return output[0] if isinstance(output, tuple | list) else output
+    if read == "model_logits":  # a transformers ModelOutput, or a plain tuple
+        logits = getattr(output, "logits", None)
+        return logits if logits is not None else output[0]
+    if read == "scaled_embedding":
+        import torch
+
+        return output * torch.tensor(output.shape[-1] ** 0.5, dtype=output.dtype)
     if read == "sum_pair":
         if isinstance(output, tuple | list) and len(output) == 2 and output[1] is not None:
             return output[0] + output[1]

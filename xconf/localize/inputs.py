@@ -2,7 +2,8 @@
 
 The case's plan row and the baseline's, the newest valid sealed attempt of the case, its
 frozen identity (whose digest must match the one the attempt sealed) and the runtime the
-run used. Every refusal is a coded :class:`LocalizeError` (exit 2) and nothing is written.
+run used, with the options it was built with (``actual.json``'s provenance). Every refusal
+is a coded :class:`LocalizeError` (exit 2) and nothing is written.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class RunInputs:
     attempt_path: Path
     identity: Identity
     runtime_kind: str
+    # actual.json's provenance.runtime: {"target", "kind", "options"} (None: not recorded)
+    runtime_record: dict[str, Any] | None = None
 
 
 def _plan_rows(store: ExperimentStore) -> list[dict[str, Any]]:
@@ -124,4 +127,16 @@ def load_inputs(run_dir: Path, case_id: str) -> RunInputs:
             "materialized.json names no runtime_kind",
             str(check.path),
         )
-    return RunInputs(store, case, baseline, check.attempt_id, check.path, identity, kind)
+    actual = _document(check.path / "actual.json")
+    provenance = actual.get("provenance") if isinstance(actual, dict) else None
+    recorded = provenance.get("runtime") if isinstance(provenance, dict) else None
+    return RunInputs(
+        store,
+        case,
+        baseline,
+        check.attempt_id,
+        check.path,
+        identity,
+        kind,
+        recorded if isinstance(recorded, dict) else None,
+    )

@@ -12,6 +12,9 @@ forward output carries it and how to read that output:
   next layer's fused norm, so the residual stream after the layer is their sum.
 - ``logits``: vLLM computes logits only at sampled positions; the tap is the engine's own
   ``compute_logits`` over the captured final-norm rows (same module, every position).
+- ``model_logits``: the ``logits`` field of the model's own output (the root module).
+- ``scaled_embedding``: the output times sqrt(its width), in its own dtype (Gemma2's
+  embedding scale, which vLLM applies after the embedding module).
 
 Sides are ``hf`` (a transformers ``*ForCausalLM``) and ``vllm`` (the model inside an
 in-process vLLM engine).
@@ -20,12 +23,12 @@ in-process vLLM engine).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from xconf.localize.errors import LocalizeError
 
 Flavour = Literal["hf", "vllm"]
-Read = Literal["tensor", "first", "sum_pair", "logits"]
+Read = Literal["tensor", "first", "sum_pair", "logits", "model_logits", "scaled_embedding"]
 KINDS = ("embedding", "attention", "mlp", "residual", "final_norm", "logits")
 _LABEL = {
     "embedding": "embeddings",
@@ -86,17 +89,22 @@ def taps(num_layers: int) -> tuple[Tap, ...]:
     return (*out, Tap("final_norm", None), Tap("logits", None))
 
 
-# Qwen3 and Llama share the decoder layout on both sides (transformers and vLLM); each is
-# listed on its own so that a new architecture is added only after checking its modules.
-_HF: tuple[tuple[str, SideName], ...] = (
+# Two decoder layouts cover the listed architectures; each architecture is listed on its own
+# so that a new one is added only after its modules were checked on both sides (the matrix
+# test, tests/localize/test_localize_matrix.py, localizes every one of them).
+#
+# transformers' logits tap is the model's own output ``.logits`` (the root module), not
+# ``lm_head``: Gemma2 soft-caps the logits after ``lm_head``, as vLLM's ``compute_logits``
+# does, and the root output is what the training scorer scores.
+_DECODER_HF: tuple[tuple[str, SideName], ...] = (
     ("embedding", SideName("model.embed_tokens", "tensor")),
     ("attention", SideName("model.layers.{i}.self_attn", "first")),
     ("mlp", SideName("model.layers.{i}.mlp", "tensor")),
     ("residual", SideName("model.layers.{i}", "first")),
     ("final_norm", SideName("model.norm", "tensor")),
-    ("logits", SideName("lm_head", "tensor")),
+    ("logits", SideName("", "model_logits")),
 )
-_VLLM: tuple[tuple[str, SideName], ...] = (
+_DECODER_VLLM: tuple[tuple[str, SideName], ...] = (
     ("embedding", SideName("model.embed_tokens", "tensor")),
     ("attention", SideName("model.layers.{i}.self_attn", "tensor")),
     ("mlp", SideName("model.layers.{i}.mlp", "tensor")),
@@ -104,9 +112,49 @@ _VLLM: tuple[tuple[str, SideName], ...] = (
     ("final_norm", SideName("model.norm", "first")),
     ("logits", SideName("model.norm", "logits")),
 )
+# GPT-2: token embeddings ``wte`` (the learned positions ``wpe`` are added after the tap on
+# both sides), blocks ``transformer.h.i`` that return the residual stream itself (vLLM adds
+# no fused residual pair), LayerNorm ``ln_f``.
+_GPT2_HF: tuple[tuple[str, SideName], ...] = (
+    ("embedding", SideName("transformer.wte", "tensor")),
+    ("attention", SideName("transformer.h.{i}.attn", "first")),
+    ("mlp", SideName("transformer.h.{i}.mlp", "tensor")),
+    ("residual", SideName("transformer.h.{i}", "first")),
+    ("final_norm", SideName("transformer.ln_f", "tensor")),
+    ("logits", SideName("", "model_logits")),
+)
+_GPT2_VLLM: tuple[tuple[str, SideName], ...] = (
+    ("embedding", SideName("transformer.wte", "tensor")),
+    ("attention", SideName("transformer.h.{i}.attn", "tensor")),
+    ("mlp", SideName("transformer.h.{i}.mlp", "tensor")),
+    ("residual", SideName("transformer.h.{i}", "tensor")),
+    ("final_norm", SideName("transformer.ln_f", "tensor")),
+    ("logits", SideName("transformer.ln_f", "logits")),
+)
+# Gemma2 scales its embeddings by sqrt(hidden): transformers inside ``embed_tokens``
+# (a scaled embedding module), vLLM after it (``embed_input_ids``); the vLLM tap applies the
+# same scale, in the activation's dtype as both engines do.
+_GEMMA2_VLLM = tuple(
+    (kind, SideName("model.embed_tokens", "scaled_embedding") if kind == "embedding" else name)
+    for kind, name in _DECODER_VLLM
+)
+_Sides = tuple[tuple[Flavour, tuple[tuple[str, SideName], ...]], ...]
+_LAYOUTS: dict[str, _Sides] = {
+    "decoder": (("hf", _DECODER_HF), ("vllm", _DECODER_VLLM)),
+    "gemma2": (("hf", _DECODER_HF), ("vllm", _GEMMA2_VLLM)),
+    "gpt2": (("hf", _GPT2_HF), ("vllm", _GPT2_VLLM)),
+}
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "decoder",
+    "MistralForCausalLM": "decoder",
+    "Qwen2ForCausalLM": "decoder",
+    "Qwen3ForCausalLM": "decoder",
+    "Phi3ForCausalLM": "decoder",  # vLLM builds Phi-3 as a Llama (fused qkv_proj inside)
+    "Gemma2ForCausalLM": "gemma2",
+    "GPT2LMHeadModel": "gpt2",
+}
 NAME_MAPS: dict[str, NameMap] = {
-    arch: NameMap(arch, (("hf", _HF), ("vllm", _VLLM)))
-    for arch in ("Qwen3ForCausalLM", "LlamaForCausalLM")
+    arch: NameMap(arch, _LAYOUTS[layout]) for arch, layout in ARCHITECTURES.items()
 }
 
 
@@ -120,3 +168,47 @@ def name_map(architecture: str | None, where: str) -> NameMap:
             where,
         )
     return NAME_MAPS[architecture]
+
+
+def _architecture_of(model: Any) -> str | None:
+    if isinstance(model, str):
+        return model
+    config = getattr(model, "config", model)
+    names = getattr(config, "architectures", None)
+    if names is None and isinstance(config, dict):
+        names = config.get("architectures")
+    if isinstance(names, list | tuple) and names and isinstance(names[0], str):
+        return names[0]
+    return None
+
+
+def can_tap(model: Any) -> str | None:
+    """Why localize cannot tap ``model``, or None when it can.
+
+    ``model``: an architecture name, a transformers config (or ``config.json`` as a dict),
+    or a model (``torch.nn.Module`` with a ``config``). A module is also checked against its
+    module tree: every module the map names for its ``hf`` side must exist, for every layer.
+    """
+    architecture = _architecture_of(model)
+    if architecture is None:
+        return "the config names no architecture (config.json 'architectures')"
+    if architecture not in NAME_MAPS:
+        return (
+            f"no tap name map for architecture {architecture!r} "
+            f"(known: {', '.join(sorted(NAME_MAPS))})"
+        )
+    get = getattr(model, "get_submodule", None)
+    if get is None:
+        return None
+    config = getattr(model, "config", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        return "the model's config gives no num_hidden_layers"
+    names = NAME_MAPS[architecture]
+    for tap in taps(layers):
+        name = names.module("hf", tap).module
+        try:
+            get(name)
+        except AttributeError:
+            return f"{type(model).__name__} has no module {name!r} ({tap.label})"
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +25,43 @@ from xconf.localize.names import Flavour, NameMap, Tap
 from xconf.localize.sides import side_module
 
 
-def runtime_for(kind: str) -> Any:
-    """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated."""
-    from xconf.runtime.loading import instantiate_runtime, runtime_config
+def runtime_for(kind: str, recorded: Mapping[str, Any] | None = None) -> Any:
+    """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated with the
+    options the run's adapter was built with (``recorded``: actual.json's provenance.runtime),
+    so a run with ``runtime.model.path=DIR`` is localized on DIR, not on the default model.
 
-    return instantiate_runtime(runtime_config(kind.replace("-", "_")))
+    The recorded options apply only to the class the config names today (a run directory
+    names no code to import); a run that trusted a checkpoint's own code is refused."""
+    from omegaconf import OmegaConf
+
+    from xconf.runtime.loading import NON_OPTION_KEYS, instantiate_runtime, runtime_config
+
+    loaded = OmegaConf.to_container(runtime_config(kind.replace("-", "_")), resolve=True)
+    if not isinstance(loaded, dict):
+        raise LocalizeError("localize.bad_runtime", "the runtime config is not a mapping", kind)
+    config = {str(k): v for k, v in loaded.items()}
+    options = recorded.get("options") if recorded else None
+    if recorded and isinstance(options, Mapping) and options:
+        target = str(config.get("_target_", "")).replace(":", ".")
+        if str(recorded.get("target", "")).replace(":", ".") != target:
+            raise LocalizeError(
+                "localize.runtime_mismatch",
+                f"the run's adapter was {recorded.get('target')!r}, conf/runtime/ names "
+                f"{config.get('_target_')!r} for '{kind}': pass --runtime NAME",
+                "runtime",
+            )
+        if options.get("trust_remote_code"):
+            raise LocalizeError(
+                "localize.remote_code",
+                "the run trusted the checkpoint's own code (trust_remote_code); localize never "
+                "runs code a run directory asks for",
+                "runtime.trust_remote_code",
+            )
+        config = {
+            **config,
+            **{k: v for k, v in options.items() if k not in NON_OPTION_KEYS},
+        }
+    return instantiate_runtime(config)
 
 
 def refreeze(adapter: Any, sealed: Identity) -> Identity:
@@ -37,8 +69,11 @@ def refreeze(adapter: Any, sealed: Identity) -> Identity:
     identity = sealed
     recipe = json.loads(sealed.recipe)
     if recipe:
-        # A frozen recipe records the spec digest it was built from; the recipe itself does not
-        recipe.pop("model_spec_sha256", None)
+        from xconf.adapters.vllm_transformers.identity import thaw_recipe
+
+        # The keys freezing added (spec digest, tokenizer location, dataset digest) are not
+        # part of the recipe the experiment declared: the recipe parser refuses them.
+        recipe = thaw_recipe(recipe)
         identity = dataclasses.replace(
             sealed,
             token_ids=(),
@@ -66,12 +101,36 @@ def architecture(adapter: Any) -> str | None:
     return str(adapter.record.architecture)
 
 
-def num_layers(adapter: Any) -> int:
-    """Decoder layers of the run's checkpoint (its ``config.json``)."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class ModelShape:
+    layers: int
+    hidden: int
+    vocab: int
 
-    config = json.loads((Path(adapter.record.path) / "config.json").read_text("utf-8"))
-    return int(config["num_hidden_layers"])
+
+def model_shape(adapter: Any) -> ModelShape:
+    """Decoder layers, hidden size and vocabulary of the run's checkpoint, as transformers
+    reads its config (GPT-2's ``n_layer`` is its ``num_hidden_layers``; a nested
+    ``text_config`` holds the decoder's)."""
+    from transformers import AutoConfig
+
+    path = str(adapter.record.path)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise LocalizeError(
+            "localize.bad_config", f"config.json does not load: {exc}", f"{path}/config.json"
+        ) from exc
+    text = getattr(config, "text_config", None) or config
+    values = [getattr(text, k, None) for k in ("num_hidden_layers", "hidden_size", "vocab_size")]
+    if not all(isinstance(v, int) and v > 0 for v in values):
+        raise LocalizeError(
+            "localize.bad_config",
+            "config.json does not give num_hidden_layers, hidden_size and vocab_size",
+            f"{path}/config.json",
+        )
+    layers, hidden, vocab = (int(v) for v in values)  # type: ignore[arg-type]
+    return ModelShape(layers, hidden, vocab)
 
 
 def execution_case(case: Case) -> Any:

@@ -24,13 +24,14 @@ from xconf.localize.analysis import (
     first_divergence,
     verdict_line,
 )
-from xconf.localize.artifact import publish
+from xconf.localize.artifact import publish, publish_failure
+from xconf.localize.budget import select
 from xconf.localize.inputs import load_inputs
 from xconf.localize.names import name_map, taps
 from xconf.localize.replay import (
     architecture,
     check_replayable,
-    num_layers,
+    model_shape,
     refreeze,
     runtime_for,
     score_side,
@@ -41,6 +42,11 @@ FLOOR_DEFINITION = (
     "per tap, the largest of: the baseline case's rollout side against its training side, "
     "and each baseline side scored twice; a tap diverges when the case's rollout-vs-training "
     f"relative L2 difference exceeds {FACTOR:g} x max(floor, {MIN_FLOOR:g})"
+)
+BASELINE_FLOOR_DEFINITION = (
+    "the case is the baseline: per tap, the larger of each baseline side scored twice; a tap "
+    "diverges when the baseline's own rollout-vs-training relative L2 difference exceeds "
+    f"{FACTOR:g} x max(floor, {MIN_FLOOR:g})"
 )
 
 
@@ -91,12 +97,25 @@ def localize_case(
     check_replayable(inputs.case)
     with third_party_output(inputs.store.path, output):
         if adapter is None:
-            adapter = runtime_for(runtime if runtime is not None else inputs.runtime_kind)
-        identity = refreeze(adapter, inputs.identity)
+            adapter = runtime_for(
+                runtime if runtime is not None else inputs.runtime_kind, inputs.runtime_record
+            )
+        frozen = refreeze(adapter, inputs.identity)
         names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")
-        layers = num_layers(adapter)
+        shape = model_shape(adapter)
+        layers = shape.layers
         tap_list = taps(layers)
         base, case = inputs.baseline, inputs.case
+        passes = 4 if case.case_id == base.case_id else 6
+        selection = select(
+            frozen,
+            inputs.attempt_path,
+            hidden=shape.hidden,
+            vocab=shape.vocab,
+            layers=layers,
+            passes=passes,
+        )
+        identity = selection.identity
         rollout_base = score_side(adapter, base, "rollout", identity, names, tap_list, 2)
         rollout_case = (
             rollout_base
@@ -115,6 +134,7 @@ def localize_case(
             (training_base.passes[0], training_base.passes[1]),
             rollout_case.passes[0],
             training_case.passes[0],
+            of_baseline=case.case_id == base.case_id,
         )
     flavours = {"rollout": rollout_case.flavour, "training": training_case.flavour}
     first = first_divergence(results)
@@ -126,23 +146,27 @@ def localize_case(
         "attempt_id": inputs.attempt_id,
         "baseline_case_id": base.case_id,
         "changed": dict(case.changed),
-        "identity_sha256": identity.digest(),
+        "identity_sha256": frozen.digest(),
         "runtime_kind": inputs.runtime_kind,
         "architecture": names.architecture,
         "checkpoint_sha256": adapter.record.checkpoint_sha256,
         # A sha256 checkpoint id was checked against the rebuilt weights when re-freezing;
         # any other id cannot prove the weights are the run's.
-        "checkpoint_verified": identity.checkpoint_id.startswith("sha256:"),
+        "checkpoint_verified": frozen.checkpoint_id.startswith("sha256:"),
         "num_layers": layers,
         "scoring": {
             "mode": identity.scoring_mode,
             "requests": "one at a time",
             "selected_logprob_operator": "native",
-            "positions": "0 .. T-2 of every frozen sample",
+            "positions": "0 .. T-2 of every replayed sample",
+            "samples": list(selection.samples),
+            "samples_note": selection.note,
         },
         "factor": FACTOR,
         "min_floor": MIN_FLOOR,
-        "floor_definition": FLOOR_DEFINITION,
+        "floor_definition": BASELINE_FLOOR_DEFINITION
+        if case.case_id == base.case_id
+        else FLOOR_DEFINITION,
         "taps": [_tap_row(r, names, flavours) for r in results],
         "first_divergence": None if first is None else _tap_row(first, names, flavours),
         "sides": flavours,
@@ -153,29 +177,59 @@ def localize_case(
     return Localization({**document, "localize_id": published.localize_id}, published.path, line)
 
 
+@dataclass(frozen=True)
+class LocalizeFailure:
+    """A failing case ``--localize`` could not localize: its coded error, and where the
+    failure was recorded (None: recording it failed too, ``record_error`` says why)."""
+
+    case_id: str
+    label: str
+    error: XconfError
+    path: Path | None
+    record_error: XconfError | None = None
+
+    @property
+    def line(self) -> str:
+        where = f" at '{self.error.path}'" if self.error.path else ""
+        return (
+            f"localize {self.case_id} ({self.label}) failed: "
+            f"[{self.error.code}]{where}: {self.error.message}"
+        )
+
+
 def localize_failing(
     summary: Any,
     adapter: Any,
     *,
     on_result: Callable[[Localization], None],
-    on_error: Callable[[XconfError], None],
+    on_error: Callable[[LocalizeFailure], None],
 ) -> int:
     """Localize every failing case of ``summary`` (a ``RunSummary``) with the run's adapter,
-    handing each result to ``on_result``; a case that cannot be localized goes to ``on_error``
-    with its coded error and the others still run. Returns how many cases were failing."""
+    handing each result to ``on_result``. A case that cannot be localized is recorded
+    (:func:`~xconf.localize.artifact.publish_failure`) and goes to ``on_error`` with its
+    coded error; the others still run. Returns how many cases were failing."""
     failing = [r for r in summary.records if r.result in FAILING]
+    run_dir = Path(summary.experiment_dir)
     for record in failing:
         try:
-            result = localize_case(Path(summary.experiment_dir), record.case_id, adapter=adapter)
+            result = localize_case(run_dir, record.case_id, adapter=adapter)
         except XconfError as error:
-            on_error(error)
+            on_error(_record_failure(run_dir, record, error))
             continue
         on_result(result)
     return len(failing)
 
 
+def _record_failure(run_dir: Path, record: Any, error: XconfError) -> LocalizeFailure:
+    try:
+        published = publish_failure(run_dir, record.case_id, record.attempt_id, error)
+    except XconfError as failed:
+        return LocalizeFailure(record.case_id, record.label, error, None, failed)
+    return LocalizeFailure(record.case_id, record.label, error, published.path)
+
+
 def after_verdict(
-    on_result: Callable[[Localization | None], None], on_error: Callable[[XconfError], None]
+    on_result: Callable[[Localization | None], None], on_error: Callable[[LocalizeFailure], None]
 ) -> Callable[[Any, Any, OutputPolicy], None]:
     """The ``--localize`` hook (a ``session.AfterVerdict``): every failing case of the run
     localized with the run's adapter, each result to ``on_result``; ``on_result(None)``

@@ -10,17 +10,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xconf.report import stats
+from xconf.report import attribution, stats
 from xconf.report.loader import RunRecord, StoredCase, load_run
 from xconf.report.model import (
     REPORT_SCHEMA,
     RESULTS,
     AttemptInfo,
-    AttributionRow,
     CaseReport,
     ContractUse,
     DiffStats,
-    KnobRank,
     KnobRow,
     ReportData,
 )
@@ -28,7 +26,6 @@ from xconf.report.sequences import sequences
 from xconf.report.tokens import DecoderFactory, default_decoder_factory
 
 NUMERIC_RESULTS = ("pass", "fail")  # results whose diagnostics are numbers
-SHIFT_EPS = 1e-12  # floor under max |diff| when comparing orders of magnitude
 HEADER_FIELDS = ("experiment_id", "scenario_id", "strategy", "contract_version", "scenario")
 
 
@@ -52,11 +49,20 @@ def build_report(
     cases = [_with_baseline_flag(c, c.case_id == baseline_id) for c in cases]
     ordered = sorted(cases, key=_verdict_key)
     baseline = next((c for c in ordered if c.is_baseline), None)
-    attribution = tuple(
-        _attribution(c, baseline)
+    # Per-sequence sums of the cases whose numbers stand (a verdict of pass or fail).
+    numeric = {c.case_id for c in ordered if c.result in NUMERIC_RESULTS}
+    sums = {
+        case.case_id: attribution.sequence_sums(case.payload.token_diffs)
+        for case in run.cases
+        if case.payload is not None and case.case_id in numeric
+    }
+    base_sums = sums.get(baseline.case_id) if baseline is not None else None
+    rows = tuple(
+        attribution.attribution_row(c, baseline, attribution.effect(base_sums, sums.get(c.case_id)))
         for c in ordered
         if not c.is_baseline and c.intervention_applied  # an unapplied knob proves nothing
     )
+    ranking = attribution.rank_knobs(rows)
     counts = {result: 0 for result in RESULTS}
     for case in ordered:
         counts[case.result] = counts.get(case.result, 0) + 1
@@ -68,10 +74,11 @@ def build_report(
         baseline_case_id=baseline_id,
         cases=tuple(ordered),
         counts=counts,
-        attribution=attribution,
-        knob_ranking=_rank_knobs(attribution),
+        attribution=rows,
+        knob_ranking=ranking,
         contracts=_contracts(ordered),
         problems=run.problems,
+        headline=attribution.headline(baseline, rows, ranking),
     )
 
 
@@ -321,69 +328,6 @@ def _materialization(
             )
         )
     return tuple(rows)
-
-
-def _attribution(case: CaseReport, baseline: CaseReport | None) -> AttributionRow:
-    base_max = baseline.diff.max if baseline else None
-    base_ratio = baseline.mismatch_ratio if baseline else None
-    shift = None
-    if (
-        case.diff.max is not None
-        and base_max is not None
-        and math.isfinite(case.diff.max)
-        and math.isfinite(base_max)
-    ):
-        shift = math.log10((case.diff.max + SHIFT_EPS) / (base_max + SHIFT_EPS))
-    delta = None
-    if case.mismatch_ratio is not None and base_ratio is not None:
-        delta = case.mismatch_ratio - base_ratio
-    return AttributionRow(
-        case_id=case.case_id,
-        knobs=tuple(path for path, _ in case.changed),
-        label=case.label,
-        kind=case.kind,
-        result=case.result,
-        baseline_max_abs_diff=base_max,
-        max_abs_diff=case.diff.max,
-        baseline_mismatch_ratio=base_ratio,
-        mismatch_ratio=case.mismatch_ratio,
-        delta_mismatch_ratio=delta,
-        log10_shift=shift,
-        threshold=case.threshold,
-    )
-
-
-def _rank_knobs(rows: tuple[AttributionRow, ...]) -> tuple[KnobRank, ...]:
-    groups: dict[str, list[AttributionRow]] = {}
-    for row in rows:
-        name = " × ".join(row.knobs) if row.knobs else row.label
-        groups.setdefault(name, []).append(row)
-
-    def movement(row: AttributionRow) -> tuple[float, float]:
-        delta = row.delta_mismatch_ratio if row.delta_mismatch_ratio is not None else -math.inf
-        shift = abs(row.log10_shift) if row.log10_shift is not None else -math.inf
-        return (delta, shift)
-
-    ranked = []
-    for name, members in groups.items():
-        worst = max(members, key=movement)
-        ranked.append((movement(worst), name, members, worst))
-    ranked.sort(key=lambda item: (item[0][0], item[0][1], item[1]), reverse=True)
-    ranked.sort(key=lambda item: item[0] == (-math.inf, -math.inf))  # numberless last, stable
-    return tuple(
-        KnobRank(
-            rank=i + 1,
-            knob=name,
-            case_ids=tuple(m.case_id for m in members),
-            worst_case_id=worst.case_id,
-            results=tuple(sorted({m.result for m in members})),
-            max_abs_diff=worst.max_abs_diff,
-            mismatch_ratio=worst.mismatch_ratio,
-            delta_mismatch_ratio=worst.delta_mismatch_ratio,
-            log10_shift=worst.log10_shift,
-        )
-        for i, (_, name, members, worst) in enumerate(ranked)
-    )
 
 
 def _contracts(cases: Iterable[CaseReport]) -> tuple[ContractUse, ...]:

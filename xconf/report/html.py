@@ -9,7 +9,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from xconf.report import case_plots, plots
+from xconf.report import attribution, case_plots, plots
 from xconf.report.errors import ReportError
 from xconf.report.localize_section import localize_sections
 from xconf.report.model import RESULTS, CaseReport, KnobRow, ReportData
@@ -72,8 +72,8 @@ def _show(value: Any) -> str:
 def _shift(value: float | None) -> str:
     if value is None:
         return "—"
-    if abs(value) < 0.05:
-        return "≈ same"
+    if abs(value) < 0.005:
+        return "×1.0"  # "same as baseline" is the effect interval's word (attribution.py)
     direction = "↑" if value > 0 else "↓"
     return (
         f"{direction} {abs(value):.1f} decades"
@@ -126,7 +126,15 @@ def render_html(data: ReportData) -> str:
         lstrip_blocks=True,
         finalize=_finalize,
     )
-    env.filters.update(sci=sci, percent=percent, sortv=_sort_value, show=_show, shift=_shift)
+    env.filters.update(
+        sci=sci,
+        percent=percent,
+        sortv=_sort_value,
+        show=_show,
+        shift=_shift,
+        effect=attribution.describe,
+        more=attribution.more_drift,
+    )
     template = env.from_string(_resource(TEMPLATE))
     script, script_hash = _script()
     baseline = data.baseline
@@ -136,7 +144,9 @@ def render_html(data: ReportData) -> str:
         else next((c.threshold for c in data.cases if c.threshold is not None), None)
     )
     chips = [(r, RESULT_LABELS[r], data.counts.get(r, 0)) for r in RESULTS if data.counts.get(r)]
-    top = data.knob_ranking[0] if data.knob_ranking else None
+    # The headline's knob only: one whose interval tells it apart from the baseline.
+    named = data.headline.most_drift if data.headline else None
+    top = next((k for k in data.knob_ranking if k.knob == named), None) if named else None
     renderer = case_plots.CaseFigureRenderer(data.cases)
     return str(
         template.render(
@@ -146,6 +156,9 @@ def render_html(data: ReportData) -> str:
             baseline=baseline,
             chips=chips,
             top=top,
+            confidence=f"{attribution.CONFIDENCE:.0%}",
+            resamples=attribution.RESAMPLES,
+            seed=attribution.SEED,
             labels=RESULT_LABELS,
             cases=[_case_context(c, renderer) for c in data.cases],
             attribution_image=plots.attribution_figure(data.attribution, threshold),

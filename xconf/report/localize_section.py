@@ -75,14 +75,26 @@ def drift_figure(document: dict[str, Any]) -> plots.PlotImage:
 
 
 def localize_sections(run_dir: str | Path) -> list[dict[str, Any]]:
-    """One entry per case with a sealed localization, in case-id order."""
+    """One entry per case with a sealed localization (or a recorded failure to localize
+    it), in case-id order."""
     root = Path(run_dir) / "localize"
     if root.is_symlink() or not root.is_dir():
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for case_dir in sorted(root.iterdir()):
         document = latest(Path(run_dir), case_dir.name)
         if document is None:
+            continue
+        if document.get("status") == "error":  # `--localize` recorded why it could not
+            out.append(
+                {
+                    "case_id": str(document.get("case_id", case_dir.name)),
+                    "changed": "",
+                    "line": str(document.get("line", "localize failed")),
+                    "image": None,
+                    "first": None,
+                }
+            )
             continue
         finite = all(math.isfinite(float(r["case_relative"])) for r in document["taps"])
         out.append(

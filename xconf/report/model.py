@@ -142,6 +142,37 @@ class CaseReport:
 
 
 @dataclass(frozen=True)
+class Effect:
+    """A case's drift against the baseline's on the same sequences, with a paired bootstrap
+    interval over sequences (``xconf/report/attribution.py``); a diagnostic, never a vote."""
+
+    statistic: str
+    baseline: float
+    case: float
+    delta: float  # case - baseline
+    delta_low: float | None  # None: too few sequences for an interval
+    delta_high: float | None
+    ratio: float | None  # case / baseline (None: the baseline's is 0)
+    ratio_low: float | None
+    ratio_high: float | None
+    sequences: int
+    resamples: int
+    seed: int
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What the report says first (terminal, HTML and JSON alike)."""
+
+    baseline_fails: bool
+    under_threshold: tuple[str, ...]  # cases that pass at the failing baseline's threshold
+    most_drift: str | None  # a knob only when its interval tells it apart from the baseline
+    most_drift_case_id: str | None
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AttributionRow:
     """One intervention's drift beside the baseline's."""
 
@@ -157,6 +188,7 @@ class AttributionRow:
     delta_mismatch_ratio: float | None
     log10_shift: float | None  # log10((max + eps) / (baseline max + eps))
     threshold: float | None = None  # this case's own contract threshold
+    effect: Effect | None = None  # mean |diff| against the baseline's, with its interval
 
 
 @dataclass(frozen=True)
@@ -172,6 +204,8 @@ class KnobRank:
     mismatch_ratio: float | None
     delta_mismatch_ratio: float | None
     log10_shift: float | None
+    effect: Effect | None = None  # of the worst case
+    label: str = ""  # the worst case's changed knobs (knob=value)
 
 
 @dataclass(frozen=True)
@@ -195,6 +229,7 @@ class ReportData:
     knob_ranking: tuple[KnobRank, ...]
     contracts: tuple[ContractUse, ...]
     problems: tuple[str, ...]
+    headline: Headline | None = None
 
     @property
     def baseline(self) -> CaseReport | None:

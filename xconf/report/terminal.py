@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from xconf.report.attribution import describe, more_drift, ordered
 from xconf.report.model import RESULTS, ReportData
 from xconf.report.stats import percent, sci
 
@@ -28,8 +29,10 @@ def render_terminal_summary(
     *,
     table: bool = True,
 ) -> None:
-    """Print the counts, the verdict table (baseline, then the worst cases; ``table=False``
-    leaves it out), the knob that moves drift most, and where the report is."""
+    """Print the counts, the verdict table (baseline, then the worst cases, then why each
+    case without a verdict has none; ``table=False`` leaves it out), each intervention's
+    effect against the baseline with its interval, the headline (a failing baseline first;
+    the knob that moves drift most only when its interval supports it), and the report."""
     from rich.text import Text
 
     counts = Text()
@@ -45,15 +48,15 @@ def render_terminal_summary(
         if len(data.cases) > MAX_ROWS:
             more = len(data.cases) - MAX_ROWS
             console.print(Text(f"… {more} more cases in the report", style="dim"))
-    if data.knob_ranking:
-        top = data.knob_ranking[0]
-        console.print(
-            Text.assemble(
-                ("most drift: ", "dim"),
-                (top.knob, "bold"),
-                f"  max |diff| {sci(top.max_abs_diff)}, mismatches {percent(top.mismatch_ratio)}",
-            )
-        )
+        for case in data.cases:  # every non-verdict says why, here and not only on disk
+            if case.result not in ("pass", "fail") and case.reason:
+                label = (case.label, STYLES.get(case.result, ""))
+                console.print(Text.assemble(label, f": {case.reason}"))
+    if data.attribution:
+        console.print(_effect_table(data))
+    for line in data.headline.lines if data.headline else ():
+        bold = line.startswith(("baseline fails", "most drift: ")) and "no knob" not in line
+        console.print(Text(line, style="bold" if bold else ""))
     unverified = sum(1 for c in data.cases for a in c.attempts if not a.seal_verified)
     if unverified:
         console.print(
@@ -91,4 +94,31 @@ def _verdict_table(data: ReportData, narrow: bool) -> Any:
             sci(case.diff.max),
         ]
         table.add_row(*row, *(() if narrow else (sci(case.approx_kl),)))
+    return table
+
+
+def _effect_table(data: ReportData) -> Any:
+    """Each intervention's mean |diff| against the baseline's on the same sequences, with the
+    bootstrap interval: the numbers the headline is drawn from."""
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = ordered(data.attribution)
+    first = next((r.effect for r in rows if r.effect is not None), None)
+    scope = f" ({first.confidence:.0%} interval, {first.sequences} sequences)" if first else ""
+    table = Table(
+        title=Text(f"effect on mean |diff| against the baseline{scope}"),
+        show_edge=False,
+        header_style="bold dim",
+        pad_edge=False,
+    )
+    for name in ("intervention", "result", "vs baseline", "max |diff|"):
+        table.add_column(name, justify="right" if name == "max |diff|" else "left")
+    for row in rows[:MAX_ROWS]:
+        table.add_row(
+            Text(row.label),
+            Text(row.result, style=STYLES.get(row.result, "")),
+            Text(describe(row.effect), style="bold" if more_drift(row.effect) else "dim"),
+            sci(row.max_abs_diff),
+        )
     return table

@@ -108,10 +108,11 @@ def _recorded_dirs(identity: Mapping[str, Any], name: str) -> list[Path]:
     recipe = identity.get("recipe")
     if isinstance(recipe, Mapping) and isinstance(recipe.get("tokenizer_path"), str):
         out.append(Path(recipe["tokenizer_path"]))
+    root = Path(os.environ.get("XCONF_MODEL_CACHE") or Path.home() / ".cache" / "xconf" / "models")
+    model = recipe.get("model") if isinstance(recipe, Mapping) else None
+    if isinstance(model, Mapping) and isinstance(model.get("pretrained"), str):
+        out.extend(sorted(root.glob("pretrained/*")))  # the converted pretrained default
     if name.startswith("xconf-bpe."):
-        root = Path(
-            os.environ.get("XCONF_MODEL_CACHE") or Path.home() / ".cache" / "xconf" / "models"
-        )
         for manifest in sorted(root.glob("*/xconf_model.json")) if root.is_dir() else []:
             try:
                 record = json.loads(manifest.read_text(encoding="utf-8")).get("record", {})

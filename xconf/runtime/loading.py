@@ -9,6 +9,7 @@ coded ``runtime.unknown_option`` naming the key (exit 2), never a ``TypeError`` 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
@@ -222,9 +223,15 @@ def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
         ) from exc
     check_options(factory, target, options)
     try:
-        return instantiate({"_target_": hydra_target(target), **options}, _convert_="all")
+        adapter = instantiate({"_target_": hydra_target(target), **options}, _convert_="all")
     except InstantiationException as exc:
         # The adapter's own typed error (bad option value, ...) keeps its code and path.
         if isinstance(exc.__cause__, XconfError):
             raise exc.__cause__ from None
         raise
+    # The options it was built with, as given: provenance records them in actual.json so
+    # that `xconf localize` rebuilds the run's own adapter (its checkpoint path, ...). A
+    # slotted or frozen adapter keeps none: provenance reads its attributes then.
+    with contextlib.suppress(AttributeError):
+        adapter.constructed_with = dict(options)
+    return adapter

@@ -140,7 +140,9 @@ def strict_violations(
         elif app.status == "fallback":
             reasons.append(f"{where} fell back ({app.evidence})")
         elif app.status == "unobservable":
-            reasons.append(f"{where} is a critical knob the runtime cannot observe")
+            reasons.append(
+                f"{where} is a critical knob the runtime cannot observe ({app.evidence})"
+            )
     return reasons
 
 

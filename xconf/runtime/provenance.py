@@ -50,11 +50,16 @@ def runtime_identity(adapter: Any) -> dict[str, Any]:
     # while the adapter runs and would make every execution key unique, so nothing resumes.
     params = inspect.signature(cls.__init__).parameters
     named = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    options = {
-        k: _plain(v)
-        for k, v in sorted(vars(adapter).items())
-        if not k.startswith("_") and k in named
-    }
+    given = getattr(adapter, "constructed_with", None)  # set by runtime.loading
+    options = (
+        {str(k): _plain(v) for k, v in sorted(given.items()) if str(k) in named}
+        if isinstance(given, Mapping)
+        else {
+            k: _plain(v)
+            for k, v in sorted(vars(adapter).items())
+            if not k.startswith("_") and k in named
+        }
+    )
     return {
         "target": f"{cls.__module__}:{cls.__qualname__}",
         "kind": getattr(adapter, "runtime_kind", None),

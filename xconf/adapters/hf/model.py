@@ -83,14 +83,22 @@ def load_model(cfg: TrainingScorerConfig) -> Any:
         raise RuntimeUnavailableError(
             "runtime_unavailable", f"transformers cannot be imported: {exc}", "runtime.training"
         ) from exc
+    from xconf.adapters.models.facts import load_failure
+    from xconf.errors import XconfError
+
     dtype = getattr(torch, cfg.compute_dtype)
-    model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_path,
-        dtype=dtype,
-        attn_implementation=cfg.attention_backend,
-        use_safetensors=True,  # never unpickle a checkpoint
-        trust_remote_code=cfg.trust_remote_code,
-    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.model_path,
+            dtype=dtype,
+            attn_implementation=cfg.attention_backend,
+            use_safetensors=True,  # never unpickle a checkpoint
+            trust_remote_code=cfg.trust_remote_code,
+        )
+    except XconfError:
+        raise  # a case deadline, already coded
+    except Exception as exc:  # whatever transformers raises on a checkpoint it cannot load
+        raise load_failure("transformers", exc, cfg.model_path) from exc
     model.to(cfg.device)  # type: ignore[arg-type]
     return model
 

@@ -1,16 +1,22 @@
 """A user's own Hugging Face checkpoint directory: checked, digested, never unpickled.
 
-``open_checkpoint(path)`` validates a plain checkpoint directory (``config.json``,
+``open_checkpoint(path)`` validates a checkpoint directory (``config.json``,
 ``*.safetensors`` with or without an index, tokenizer files in the model directory or in
 ``tokenizer_path``) and returns the same :class:`ModelRecord` the tiny-model factory does,
-so both real runtimes treat a built and a user checkpoint alike. Weights only in pickle
-formats (``pytorch_model.bin``, ``.pt``) are refused, never loaded.
+so both real runtimes treat a built and a user checkpoint alike. Before anything is
+written it reads the config through transformers (:mod:`.facts`: a causal LM that both
+transformers and vLLM have a class for) and checks every safetensors header, the tensor
+names and shapes, and the tokenizer against the config (:mod:`.checks`). Weights only in
+pickle formats (``pytorch_model.bin``, ``.pt``) are refused, never loaded.
 
-The checkpoint digest is SHA-256 over the directory's regular files (name and content
-digest of each). Each file's digest is cached by ``(path, size, mtime_ns, inode)`` in
-``<model cache>/digests/``, so a 16 GB checkpoint is hashed once and later runs only
-``stat`` it; a file that changed is hashed again, which is how a checkpoint replaced under
-a run is detected (:func:`verify_unchanged`).
+The checkpoint digest is SHA-256 over the directory's files, each as (name, where a link
+points, content digest): a symlink (a Hugging Face hub snapshot's links into ``blobs/``, or
+any other) is followed, its target's bytes digested and its target named, so the digest
+covers every byte the engines read. Each file's digest is cached in
+``<model cache>/digests/`` keyed by (size, mtime_ns, ctime_ns, inode, device) of what the
+link resolves to: a same-size rewrite that restores the mtime (and even the inode) still
+moves ctime, which no user call can set back, so the file is hashed again. That is how a
+checkpoint replaced under a run is detected (:func:`verify_unchanged`).
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ModelFactoryError
+from xconf.adapters.models.checks import check_checkpoint
 from xconf.adapters.models.factory import (
     MANIFEST,
     ModelRecord,
     default_cache_dir,
 )
+from xconf.adapters.models.facts import model_facts, require_supported
 from xconf.artifacts import layout
 from xconf.artifacts.safe_io import write_file
 from xconf.errors import ArtifactError
@@ -49,7 +57,8 @@ TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
 )
-DIGEST_VERSION = "xconf-checkpoint-digest.v1"
+# v2: links followed and named; the cache key holds ctime and the device.
+DIGEST_VERSION = "xconf-checkpoint-digest.v2"
 CONVERT_HINT = (
     "convert it to safetensors once, in an environment you trust: "
     "`AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(OUT, safe_serialization=True)`"
@@ -61,7 +70,10 @@ def _error(code: str, message: str, path: str | Path) -> ModelFactoryError:
 
 
 def _regular_files(root: Path) -> list[Path]:
-    """Top-level regular files (what from_pretrained reads); hidden files and links skipped."""
+    """Top-level files (what from_pretrained reads), links to files included; hidden skipped.
+
+    A link that leads nowhere, or to something other than a regular file, is refused: the
+    engines would read (or fail on) it, and its bytes could not be digested."""
     out = []
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
@@ -69,7 +81,24 @@ def _regular_files(root: Path) -> list[Path]:
         mode = os.lstat(entry).st_mode
         if stat.S_ISREG(mode):
             out.append(entry)
+        elif stat.S_ISLNK(mode):
+            try:
+                target_mode = os.stat(entry).st_mode
+            except OSError as exc:
+                raise _error(
+                    "model.broken_link", f"a link that leads nowhere: {exc}", entry
+                ) from exc
+            if not stat.S_ISREG(target_mode):
+                raise _error(
+                    "model.bad_link", f"links to {os.path.realpath(entry)}, not a file", entry
+                )
+            out.append(entry)
     return out
+
+
+def link_target(path: Path) -> str | None:
+    """Where a link finally points (None: a plain file); part of the digest."""
+    return os.path.realpath(path) if path.is_symlink() else None
 
 
 class DigestCache:
@@ -106,22 +135,24 @@ class DigestCache:
         fresh: dict[str, Any] = {}
         h = hashlib.sha256(DIGEST_VERSION.encode())
         for f in files:
-            st = os.stat(f)
-            key = [st.st_size, st.st_mtime_ns, st.st_ino]
+            st = os.stat(f)  # of the link's target: the bytes the engines read
+            target = link_target(f)
+            key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, target]
             entry = cached.get(f.name)
             if isinstance(entry, dict) and entry.get("key") == key:
                 sha = str(entry["sha256"])
             else:
                 sha = sha256_file(f)
             fresh[f.name] = {"key": key, "sha256": sha}
-            h.update(f"{f.name}\0{sha}\n".encode())
+            h.update(f"{f.name}\0{target or ''}\0{sha}\n".encode())
         merged = fresh if names is None else {**cached, **fresh}
         if merged != cached:
             self._store(directory, merged)
         return h.hexdigest()
 
 
-def _check_weights(root: Path) -> None:
+def weight_files(root: Path) -> list[Path]:
+    """The safetensors files the engines load (the index's shards, or every one)."""
     names = {p.name for p in _regular_files(root)}
     shards = {n for n in names if n.endswith(".safetensors")}
     index = root / "model.safetensors.index.json"
@@ -134,9 +165,9 @@ def _check_weights(root: Path) -> None:
         missing = sorted(wanted - shards)
         if missing:
             raise _error("model.missing_shard", f"index names missing shards {missing}", index)
-        return
+        return [root / n for n in sorted(wanted)]
     if shards:
-        return
+        return [root / n for n in sorted(shards)]
     pickles = sorted(n for n in names if n.endswith(PICKLE_SUFFIXES))
     if pickles:
         raise _error(
@@ -203,7 +234,7 @@ def open_checkpoint(
         raise _error("model.missing_dir", "checkpoint directory does not exist", root)
     root = root.resolve()
     cfg = _read_config(root, trust_remote_code)
-    _check_weights(root)
+    shards = weight_files(root)
     tok_root = Path(tokenizer_path).expanduser().resolve() if tokenizer_path else root
     if not tok_root.is_dir():
         raise _error("model.missing_tokenizer_dir", "tokenizer directory does not exist", tok_root)
@@ -212,6 +243,10 @@ def open_checkpoint(
         and not (tok_root / "tokenizer_config.json").is_file()
     ):
         raise _error("model.no_tokenizer", "no tokenizer.json or tokenizer_config.json", tok_root)
+    _regular_files(tok_root)  # a broken or odd link among the tokenizer files is refused too
+    facts = model_facts(root, trust_remote_code)
+    require_supported(facts)
+    check_checkpoint(root, tok_root, facts, shards, trust_remote_code)
     cache = DigestCache(cache_dir)
     ckpt_sha = cache.digest(root)
     tok_sha = cache.digest(tok_root, TOKENIZER_FILES)
@@ -226,7 +261,7 @@ def open_checkpoint(
         tokenizer_id=tokenizer_id,
         tokenizer_sha256=tok_sha,
         eos_token_id=_eos(cfg),
-        vocab_size=int(cfg.get("vocab_size") or 0),
+        vocab_size=facts.vocab_size,
         model_version=f"local:{arch}:{ckpt_sha[:16]}",
         tokenizer_path=str(tok_root),
         local=True,

@@ -124,6 +124,9 @@ def _worker_state(worker: Any) -> dict[str, Any]:
         "rank": rank,
         "tp_world_size": tp_world,
         "param_dtypes": dtypes,
+        # The dtype this worker's model was built to compute in (its model config). The set of
+        # parameter dtypes is not it: some models keep a few parameters in float32.
+        "compute_dtype": str(worker.model_runner.model_config.dtype).removeprefix("torch."),
         "device": str(next(model.parameters()).device),
         "model_class": type(model).__name__,
     }
@@ -229,7 +232,15 @@ class VllmRolloutEngine:
         # An in-process engine core tears torch.distributed down on shutdown; when a launcher
         # owns the process group, this engine must leave it alone (see close()).
         self._owns_process_group = not (dist.is_available() and dist.is_initialized())
-        self.llm: Any = LLM(**kwargs)
+        from xconf.adapters.models.facts import load_failure
+        from xconf.errors import XconfError
+
+        try:
+            self.llm: Any = LLM(**kwargs)
+        except XconfError:
+            raise  # a case deadline, already coded
+        except Exception as exc:  # pydantic, ValueError, AssertionError, RuntimeError...
+            raise load_failure("vLLM", exc, cfg.model_path) from exc
         self._closed = False
         _LIVE.add(self)
         self.last_batch_size: int | None = None  # the chunking of the last score call

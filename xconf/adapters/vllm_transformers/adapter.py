@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
@@ -39,6 +40,7 @@ from xconf.runtime.protocol import (
 )
 
 if TYPE_CHECKING:
+    from xconf.adapters.models.facts import ModelFacts
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
@@ -95,6 +97,7 @@ class VllmHfRuntime:
             "in_process": bool(in_process),
         }
         self._record: ModelRecord | None = None
+        self._model_facts: ModelFacts | None = None
         # Seconds spent in the runtimes themselves (bench/runtime.py splits a run with these).
         self.timings: dict[str, float] = {"freeze_s": 0.0, "construction_s": 0.0, "scoring_s": 0.0}
 
@@ -117,6 +120,16 @@ class VllmHfRuntime:
         )
         self.timings["freeze_s"] += time.perf_counter() - started
         return frozen
+
+    def _facts(self, record: ModelRecord) -> ModelFacts:
+        """The checkpoint's shape as transformers reads its config (read once)."""
+        from xconf.adapters.models.facts import model_facts
+
+        if self._model_facts is None or self._model_facts.config_path != str(
+            Path(record.path) / "config.json"
+        ):
+            self._model_facts = model_facts(record.path, self.model_options.trust_remote_code)
+        return self._model_facts
 
     @property
     def record(self) -> ModelRecord:
@@ -143,12 +156,13 @@ class VllmHfRuntime:
                 path, side, value, "frozen samples chunked into requests of this size"
             )
         if path == "rollout.tensor_parallel_size":
-            heads = _heads(spec)
             cores = os.cpu_count() or 1
             world = launched_world_size()
-            if any(h % int(value) for h in heads):
+            reason = self._facts(spec).tp_reason(int(value))
+            if reason is not None:
+                allowed = ", ".join(map(str, self._facts(spec).tp_sizes))
                 return unsupported_application(
-                    path, side, value, f"{heads} heads do not split over TP={value}"
+                    path, side, value, f"{reason} (this model allows TP {allowed})"
                 )
             if self.device == "cpu" and int(value) > cores:
                 return unsupported_application(
@@ -269,13 +283,22 @@ class VllmHfRuntime:
         """Everything checkable before a run writes anything: recipe keys, dataset rows."""
         from xconf.adapters.vllm_transformers.identity import check_recipe
 
-        check_recipe(
+        record = check_recipe(
             identity,
             self.model_options,
             self.model_cache,
             self._local_record,
             int(self.engine_options["max_model_len"]),
         )
+        if self.device == "cpu":
+            from xconf.adapters.errors import ModelFactoryError
+
+            facts = self._facts(record)
+            reason = facts.cpu_head_reason()
+            if reason is not None:
+                raise ModelFactoryError(
+                    "model.unsupported_head_size", reason, f"{facts.config_path}:head_dim"
+                )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
         values = {k.path: k.materialized for k in binding.knobs}
@@ -364,11 +387,3 @@ class _Timed(Delegating):
             yield
         finally:
             self._timings["scoring_s"] += time.perf_counter() - started
-
-
-def _heads(record: ModelRecord) -> tuple[int, int]:
-    import json
-    from pathlib import Path
-
-    cfg = json.loads((Path(record.path) / "config.json").read_text())
-    return int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])

@@ -163,7 +163,7 @@ class VllmRolloutSide(_FrozenSide):
             observed = dict.fromkeys(_WORKER_KEYS, failure)
         else:
             tp = {w["tp_world_size"] for w in workers}
-            dtypes = {d for w in workers for d in w["param_dtypes"]}
+            dtypes = {w.get("compute_dtype") for w in workers}
             kv = {d for w in workers for d in w["kv_cache_dtypes"]}
             invariant = {w["batch_invariant"] for w in workers}
             observed = {

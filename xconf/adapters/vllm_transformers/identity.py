@@ -52,6 +52,18 @@ _RECIPE_KEYS = frozenset(
 )
 
 
+def thaw_recipe(frozen: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe a frozen identity was frozen from: the keys :func:`freeze` adds (the spec
+    digest, where the tokenizer is, the dataset file's digest) removed, so freezing it again
+    (``xconf localize``) parses as the experiment's own recipe did and gives the same tokens."""
+    recipe = {k: v for k, v in frozen.items() if k not in ("model_spec_sha256", "tokenizer_path")}
+    dataset = recipe.get("dataset")
+    if isinstance(dataset, Mapping):
+        # The file is digested again when it is parsed: a changed file is new frozen tokens.
+        recipe["dataset"] = {k: v for k, v in dataset.items() if k != "sha256"}
+    return recipe
+
+
 def parse_recipe(identity: Identity) -> dict[str, Any]:
     recipe = json.loads(identity.recipe)
     if not recipe:
@@ -145,15 +157,18 @@ def check_recipe(
     cache_dir: str | None,
     local_record: ModelRecord | None,
     max_model_len: int,
-) -> None:
-    """Parse the recipe and every dataset row now, before a run writes anything."""
+) -> ModelRecord:
+    """Parse the recipe, check the checkpoint and every dataset row now, before a run writes
+    anything; returns the checkpoint every case scores."""
     recipe = parse_recipe(identity)
-    dataset = _dataset(recipe)
-    if dataset is None:
-        return
+    # The checkpoint too (a user's directory was checked when the runtime was built; the
+    # packaged pretrained default is converted and checked here).
     record = local_record or model.record(recipe.get("model") or {}, cache_dir)
-    tok = load_tokenizer(_tokenizer_dir(record), model.trust_remote_code)
-    load_prompt_ids(dataset, tok, record.vocab_size, max_model_len)
+    dataset = _dataset(recipe)
+    if dataset is not None:
+        tok = load_tokenizer(_tokenizer_dir(record), model.trust_remote_code)
+        load_prompt_ids(dataset, tok, record.vocab_size, max_model_len)
+    return record
 
 
 def _load_cached(path: Path) -> FrozenBatch | None:
@@ -192,7 +207,9 @@ def freeze(
     if not recipe:
         FrozenBatch.from_identity(identity)  # validates the layout the scorers need
         return identity, record
-    if record.local:
+    if local_record is None and "pretrained" in recipe["model"]:
+        pass  # the recipe names the packaged model; its digest is the checkpoint id
+    elif record.local:
         # The tiny-model spec does not apply; where the tokenizer is lets the report show text.
         recipe = {
             **recipe,

@@ -1,9 +1,12 @@
 """The real runtimes' model options: a tiny factory model or the user's own checkpoint.
 
 ``runtime.model`` is either ModelSpec fields (a tiny model built locally) or ``path`` to a
-Hugging Face checkpoint directory; ``runtime.tokenizer.path`` defaults to the model
-directory; ``runtime.trust_remote_code`` stays false unless asked. Every bad option is a
-coded :class:`ConfigError` naming the key, raised before anything is built or written.
+Hugging Face checkpoint directory; the identity recipe's ``model`` may instead name the
+real pretrained default (``{pretrained: smollm2-135m-instruct}``, converted once from its
+packaged GGUF: :mod:`xconf.adapters.models.pretrained`); ``runtime.tokenizer.path``
+defaults to the model directory; ``runtime.trust_remote_code`` stays false unless asked.
+Every bad option is a coded :class:`ConfigError` naming the key, raised before anything is
+built or written.
 """
 
 from __future__ import annotations
@@ -41,8 +44,32 @@ class ModelOptions:
                 trust_remote_code=self.trust_remote_code,
                 cache_dir=cache_dir,
             )
+        if "pretrained" in recipe_model:
+            return _pretrained(recipe_model, self.spec, cache_dir)
         spec: ModelSpec = model_spec({**dict(self.spec), **dict(recipe_model)})
         return ensure_model(spec, cache_dir)
+
+
+def _pretrained(
+    recipe_model: Mapping[str, Any], spec: Mapping[str, Any], cache_dir: str | None
+) -> ModelRecord:
+    from xconf.adapters.models.pretrained import NAME, open_pretrained
+
+    name = recipe_model["pretrained"]
+    if name != NAME:
+        raise ConfigError(
+            "config.invalid_value",
+            f"unknown pretrained model {name!r} (the one shipped is '{NAME}')",
+            "identity.recipe.model.pretrained",
+        )
+    others = sorted(set(recipe_model) - {"pretrained"}) + sorted(spec)
+    if others:
+        raise ConfigError(
+            "config.conflict",
+            "a pretrained model takes no tiny-model fields",
+            f"identity.recipe.model.{others[0]}",
+        )
+    return open_pretrained(cache_dir)
 
 
 def _mapping(node: Any, where: str) -> dict[str, Any]:
