@@ -98,6 +98,12 @@ def _mask(columns: dict[str, Column], keys: Keys, rollout: Column, where: str) -
         return torch.arange(shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
     column = _two_d(columns[keys.mask], keys.mask, here)
     mask = column.values
+    if not _same_lengths(column.lengths, lengths):
+        raise JudgeError(
+            "judge.ragged_mismatch",
+            f"rows of '{keys.mask}' and '{keys.rollout}' have different lengths",
+            here,
+        )
     if mask.shape != shape:
         raise JudgeError(
             "judge.shape_mismatch",
@@ -106,12 +112,6 @@ def _mask(columns: dict[str, Column], keys: Keys, rollout: Column, where: str) -
         )
     if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
         raise JudgeError("judge.bad_mask", "mask entries must be 0 or 1", here)
-    if not _same_lengths(column.lengths, lengths):
-        raise JudgeError(
-            "judge.ragged_mismatch",
-            f"rows of '{keys.mask}' and '{keys.rollout}' have different lengths",
-            here,
-        )
     active = mask.bool()
     if lengths is not None:
         active &= torch.arange(shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
@@ -140,19 +140,19 @@ def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
     rollout_col = _two_d(columns[keys.rollout], keys.rollout, f"{where}:{keys.rollout}")
     training_col = _two_d(columns[keys.training], keys.training, f"{where}:{keys.training}")
     rollout, training = rollout_col.values, training_col.values
-    if training.shape != rollout.shape:
-        raise JudgeError(
-            "judge.shape_mismatch",
-            f"'{keys.training}' is {tuple(training.shape)}, '{keys.rollout}' is "
-            f"{tuple(rollout.shape)}",
-            f"{where}:{keys.training}",
-        )
     if (rollout_col.lengths is None) != (training_col.lengths is None) or not _same_lengths(
         rollout_col.lengths, training_col.lengths
     ):
         raise JudgeError(
             "judge.ragged_mismatch",
             f"rows of '{keys.training}' and '{keys.rollout}' have different lengths",
+            f"{where}:{keys.training}",
+        )
+    if training.shape != rollout.shape:
+        raise JudgeError(
+            "judge.shape_mismatch",
+            f"'{keys.training}' is {tuple(training.shape)}, '{keys.rollout}' is "
+            f"{tuple(rollout.shape)}",
             f"{where}:{keys.training}",
         )
     for key, t in ((keys.rollout, rollout), (keys.training, training)):
