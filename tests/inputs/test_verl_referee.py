@@ -6,8 +6,9 @@ xconf's :func:`verl_figures` sees. The grid: drifts 0 to 2, log-probabilities ne
 -2.5, near -30 and near -95 (where float32 ``exp`` overflows in verl, and so in xconf's
 verl figures), full and ragged masks, a fully masked row, a fully masked batch, float32,
 bfloat16 and float64 tensors, and verl's IS/RS settings (token and sequence TIS, IcePop,
-batch normalization, several RS options). There is no documented difference: every figure
-equals verl's bit for bit (NaN where verl's is NaN). xconf's exact float64 figures differ from
+batch normalization, several RS options). Every figure equals verl's bit for bit (NaN where
+verl's is NaN); the one documented difference is verl's ZeroDivisionError when IcePop zeroes
+every weight (xconf: an effective sample size of inf). xconf's exact float64 figures differ from
 verl's on purpose; ``test_rollout_correction.py`` tests those differences.
 """
 
@@ -91,7 +92,7 @@ def _verl(tmp_path: Path, cases: dict[str, Any]) -> dict[str, dict[str, str]]:
     tensors = {}
     for name, (r, t, m, _) in cases.items():
         tensors.update({f"{name}.r": r, f"{name}.t": t, f"{name}.m": m})
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "grid.safetensors"))
+    save_file({k: v.clone() for k, v in tensors.items()}, str(tmp_path / "grid.safetensors"))
     configs = [{"name": name, "config": case[3]} for name, case in cases.items()]
     (tmp_path / "configs.json").write_text(json.dumps(configs))
     env = {**os.environ, "PYTHONPATH": str(VERL_SITE), "RAY_USAGE_STATS_ENABLED": "0"}
@@ -124,15 +125,24 @@ def test_every_figure_equals_verl_s_own_bit_for_bit(tmp_path: Path) -> None:
     verl = _verl(tmp_path, cases)
     compared = 0
     overflowed = set()
+    raised = 0
     for name, (r, t, m, config) in cases.items():
         ours = verl_figures(r, t, m, correction=Correction(**config))
+        if verl[name].pop("raised", None) == "ZeroDivisionError":
+            # The one documented difference: every IS weight zeroed (IcePop), verl raises
+            # ZeroDivisionError computing its effective sample size; xconf reports inf (null
+            # in JSON). The child reran verl without IS: the other figures still compare.
+            raised += 1
+            assert ours[PREFIX + "rollout_is_eff_sample_size"] == math.inf, name
+            weights = (PREFIX + "rollout_is_", PREFIX + "rollout_rs_")
+            ours = {k: v for k, v in ours.items() if not k.startswith(weights)}
         theirs = {k: float.fromhex(v) for k, v in verl[name].items()}
         assert set(ours) == set(theirs), (name, set(ours) ^ set(theirs))
         unequal = {k: (ours[k], theirs[k]) for k in theirs if not _same(ours[k], theirs[k])}
         assert not unequal, (name, unequal)
         compared += len(theirs)
         overflowed |= {k for k, v in theirs.items() if math.isinf(v)}
-    assert compared > 3000
+    assert compared > 3000 and raised < len(cases) // 4
     # the grid reaches verl's float32 overflow, and xconf's verl figures overflow with it
     assert PREFIX + "training_ppl" in overflowed
 
@@ -142,9 +152,13 @@ def test_judge_seals_verl_s_numbers(xconf_cli, tmp_path: Path) -> None:
     """End to end: what `xconf judge` seals is what verl logs for the dumped tensors."""
     config = {"rollout_is": "sequence", "rollout_is_threshold": "0.5_2.0"}
     picked = ("mid_0.1_ragged", "m95_0.001_empty_row")
-    cases = {k: (*v[:3], config) for k, v in grid().items() if k in picked}
+    # log-probabilities at most 0: judge calls anything else an invalid artifact
+    cases = {
+        k: (r, t.clamp(max=0.0), m, config) for k, (r, t, m, _) in grid().items() if k in picked
+    }
     verl = _verl(tmp_path, cases)
     is_flags = ("--rollout-is", "sequence", "--rollout-is-threshold", "0.5_2.0")
+    named = []
     for name, (r, t, m, _) in cases.items():
         dump = tmp_path / f"{name}.safetensors"
         save_file(
@@ -152,9 +166,11 @@ def test_judge_seals_verl_s_numbers(xconf_cli, tmp_path: Path) -> None:
             str(dump),
             metadata={"dtype": "bfloat16"},
         )
-        out = tmp_path / "out"
-        code, _, err = xconf_cli("judge", dump, *is_flags, "--output-root", out)
-        assert code in (0, 1), err
+        named += ["--case", f"{name}={dump}"]
+    out = tmp_path / "out"
+    code, _, err = xconf_cli("judge", *named, *is_flags, "--output-root", out)
+    assert code in (0, 1), err
+    for name in cases:
         (attempt,) = sorted((out / "judge" / "cases" / name).iterdir())
         doc = json.loads((attempt / "comparison.json").read_text())["rollout_correction"]
         theirs = {k: float.fromhex(v) for k, v in verl[name].items()}

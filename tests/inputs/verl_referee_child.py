@@ -25,9 +25,15 @@ def _hex(value: Any) -> str:
 def figures(r: torch.Tensor, t: torch.Tensor, m: torch.Tensor, config: dict) -> dict[str, str]:
     out: dict[str, str] = {}
     if bool(m.bool().any()):  # verl asserts an active token for its rollout_corr/ figures
-        _, _, metrics = compute_rollout_correction_and_rejection_mask(
-            old_log_prob=t, rollout_log_prob=r, response_mask=m, **config
-        )
+        try:
+            _, _, metrics = compute_rollout_correction_and_rejection_mask(
+                old_log_prob=t, rollout_log_prob=r, response_mask=m, **config
+            )
+        except ZeroDivisionError:  # its effective sample size when every IS weight is 0
+            out["raised"] = "ZeroDivisionError"
+            _, _, metrics = compute_rollout_correction_and_rejection_mask(
+                old_log_prob=t, rollout_log_prob=r, response_mask=m
+            )
         out.update({k: _hex(v) for k, v in metrics.items()})
     batch = DataProto.from_dict(
         tensors={

@@ -201,7 +201,10 @@ def importance_figures(
     out["rollout_is_std"] = _clamped_std(weights, mask, 0.0, upper)
     for_ess = weights.clamp(min=0.0, max=upper)
     normalized = for_ess / (masked_mean(for_ess, mask) + 1e-8)
-    out["rollout_is_eff_sample_size"] = 1.0 / _f(masked_mean(normalized.square(), mask))
+    # verl divides by this in Python and raises ZeroDivisionError when every weight is 0
+    # (IcePop zeroing all of them); a figure never crashes a verdict: inf (null in JSON).
+    mean_square = _f(masked_mean(normalized.square(), mask))
+    out["rollout_is_eff_sample_size"] = 1.0 / mean_square if mean_square != 0.0 else math.inf
     seq_mean = masked_mean(weights, mask, -1)
     out["rollout_is_seq_mean"] = _f(seq_mean.mean())
     out["rollout_is_seq_std"] = _f(seq_mean.std()) if seq_mean.numel() > 1 else 0.0
