@@ -146,3 +146,18 @@ def test_every_figure_is_catalogued_with_its_space() -> None:
     names = set(verl_figures(r, r + 0.1, torch.ones(2, 3), correction=Correction("token")))
     assert names - set(FIGURES) == set()
     assert {FIGURES[k].space for k in DEBUG if k != DEBUG[0]} == {"probability"}
+
+
+def test_exact_figures_in_row_blocks_equal_the_direct_float64_computation() -> None:
+    # 600 rows: three blocks of the float64 pass, a fully masked row among them.
+    g = torch.Generator().manual_seed(3)
+    r = -4.0 * torch.rand(600, 8, generator=g)
+    t = r + 0.3 * torch.randn(600, 8, generator=g)
+    m = (torch.rand(600, 8, generator=g) > 0.2).to(torch.int64)
+    m[300] = 0
+    exact = exact_figures(r, t, m)
+    keep = m.sum(-1) > 0  # exact: batch means over non-empty rows, counts without the guard
+    direct = verl_figures(r[keep].double(), t[keep].double(), m[keep].double())
+    for name, value in direct.items():
+        # verl's 1e-8 guard does not vanish in float64: it moves the direct means by ~1e-8
+        assert exact[name] == pytest.approx(value, rel=1e-7, abs=1e-9), name

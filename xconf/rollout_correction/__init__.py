@@ -31,8 +31,7 @@ from xconf.rollout_correction.offpolicy import (
     EPS,
     OFFPOLICY,
     SAFETY_BOUND,
-    exact_debug,
-    exact_offpolicy,
+    exact,
     verl_debug,
     verl_offpolicy,
 )
@@ -120,10 +119,8 @@ def exact_figures(
     if _check(rollout_log_probs, old_log_probs, response_mask) is not None:
         return {}
     with torch.no_grad():
-        offpolicy = exact_offpolicy(rollout_log_probs, old_log_probs, response_mask)
-        out = {PREFIX + k: v for k, v in offpolicy.items()}
-        out.update(exact_debug(rollout_log_probs, old_log_probs, response_mask))
-    return out
+        offpolicy, debug = exact(rollout_log_probs, old_log_probs, response_mask)
+    return {**{PREFIX + k: v for k, v in offpolicy.items()}, **debug}
 
 
 def _finite(values: dict[str, float], non_finite: list[str], where: str) -> dict[str, Any]:
