@@ -91,6 +91,11 @@ def test_zero_active_mask_is_an_honest_verdict(xconf_cli, tmp_path: Path) -> Non
     assert _comparison(tmp_path / "out" / "judge", "empty")["result"] == "zero_active_tokens"
 
 
+FLOAT32 = ("--dtype", "float32")
+IS_BAD = ("--rollout-is", "token", "--rollout-is-threshold", "2_1")  # lower above upper
+RS_BAD = ("--rollout-rs", "token_k9", "--rollout-rs-threshold", "1")  # no such option
+
+
 def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
     missing = tmp_path / "missing.safetensors"
     save_file({"rollout_log_probs": R, "response_mask": MASK}, str(missing))
@@ -119,6 +124,8 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["judge", str(good), "--dtype", "float8"], "judge.unknown_dtype"),
         (["judge", "--case", f"a b={good}", "--dtype", "float32"], "judge.bad_case_name"),
         (["judge", str(good), "--rollout-key", "nope", "--dtype", "float32"], "judge.missing_key"),
+        (["judge", str(good), *FLOAT32, *IS_BAD], "judge.bad_correction"),
+        (["judge", str(good), *FLOAT32, *RS_BAD], "judge.bad_correction"),
     ]
 
 

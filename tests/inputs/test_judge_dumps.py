@@ -251,3 +251,35 @@ def test_a_verl_sized_dump_judges_seals_reports_and_verifies(xconf_cli, tmp_path
     assert torch.equal(score["selected_token_ids"], ids)
     assert (run / "report.html").is_file()
     assert xconf_cli("verify", run)[0] == 0
+
+
+@pytest.mark.slow
+def test_comparison_quantiles_and_drift_profile_are_torch_s_bit_for_bit_at_any_size() -> None:
+    from xconf.comparison import PERCENTILES, _drift_profile, quantiles
+
+    g = torch.Generator().manual_seed(1)
+    for n in (1, 2, 3, 10, 1001, 4097):
+        values = torch.rand(n, generator=g) * 1e-5
+        expected = {k: float(torch.quantile(values.double(), q)) for k, q in PERCENTILES.items()}
+        assert quantiles(values, PERCENTILES) == expected, n
+    diff = torch.rand(64, 300, generator=g)
+    active = torch.rand(64, 300, generator=g) > 0.4
+    diff = torch.where(active, diff, 0.0)
+    loop = []
+    for position in range(300):  # the per-position definition, one column at a time
+        column = diff[:, position][active[:, position]].double()
+        if column.numel():
+            loop.append(
+                {
+                    "position": position,
+                    "active": column.numel(),
+                    "mean_abs_diff": float(column.mean()),
+                    "max_abs_diff": float(column.max()),
+                }
+            )
+    assert _drift_profile(diff, active) == loop
+    # torch.quantile refuses more than 2**24 values; a 4096 x 4096 batch plus one has more
+    big = torch.rand((1 << 24) + 1, generator=g)
+    with pytest.raises(RuntimeError):
+        torch.quantile(big.double(), 0.5)
+    assert 0.0 < quantiles(big, {"p50": 0.5})["p50"] < 1.0
