@@ -22,6 +22,7 @@ from xconf.adapters.frozen import (
     FrozenSample,
     build_identity,
 )
+from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
 from xconf.adapters.models import ModelRecord, ModelSpec, default_cache_dir
 from xconf.adapters.vllm_transformers.dataset import (
     DatasetOptions,
@@ -161,6 +162,11 @@ def check_recipe(
     max_model_len: int,
 ) -> None:
     """Parse the recipe and every dataset row now, before a run writes anything."""
+    dumped = dump_recipe(identity)
+    if dumped is not None:  # a dumped step: every token checked against the checkpoint now
+        dump_record = local_record or model.record(dumped.model, cache_dir)
+        freeze_dump(identity, dumped, dump_record, max_model_len)
+        return
     recipe = parse_recipe(identity)
     dataset = _dataset(recipe)
     if dataset is None:
@@ -200,6 +206,11 @@ def freeze(
     local_record: ModelRecord | None = None,
 ) -> tuple[Identity, ModelRecord]:
     """The frozen identity and the checkpoint it names (a frozen identity is only checked)."""
+    dumped = dump_recipe(identity)
+    if dumped is not None:  # a dumped step's own tokens: no rollout, nothing sampled
+        dump_record = local_record or model.record(dumped.model, cache_dir)
+        limit = int(engine_options["max_model_len"])
+        return freeze_dump(identity, dumped, dump_record, limit), dump_record
     recipe = parse_recipe(identity)
     record = local_record or model.record(recipe.get("model") or {}, cache_dir)
     check_declared(identity, record)
