@@ -313,3 +313,45 @@ def freeze_dump(
         recipe=frozen_recipe,
         cache_metadata=json.loads(identity.cache_metadata) or None,
     )
+
+
+def _key_names(path: Path) -> set[str]:
+    """The names a dump holds, from its header alone (no tensor is read)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as fh:
+                return set(fh.keys())
+        if suffix == ".npz":
+            import numpy as np
+
+            with np.load(str(path), allow_pickle=False) as npz:
+                return set(npz.files)
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return set(pq.read_schema(str(path)).names)
+    except Exception:  # a hint must never break a verdict that is already sealed
+        return set()
+    return set()
+
+
+def replay_command(path: str, experiment: str = "s2_cpu", runtime: str = "vllm_hf") -> str | None:
+    """The ``xconf-run`` line that replays a judged dump's tokens through the knob sweep;
+    None when the dump lacks what a replay needs (response ids, prompt ids, attention)."""
+    import shlex
+
+    names = _key_names(Path(path))
+    keys = DEFAULT_KEYS
+    if not (
+        keys["responses"] in names
+        and keys["attention_mask"] in names
+        and (keys["input_ids"] in names or keys["prompts"] in names)
+    ):
+        return None
+    return (
+        f"xconf-run +experiment={experiment} runtime={runtime} identity=from_dump "
+        f"identity.dump={shlex.quote(path)} runtime.model.path=YOUR_CHECKPOINT"
+    )
