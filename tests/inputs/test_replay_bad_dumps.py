@@ -99,6 +99,12 @@ def test_every_format_gives_the_same_frozen_samples(tmp_path: Path) -> None:
         assert [list(r) for r in identity.token_ids] == expected
         assert [sum(r) for r in identity.active_mask] == [4, 4, 2]
     assert len({f.digest() for f in frozen}) == 4  # each dump's own digest is in its identity
+    # Float and bool masks, as trainers keep them: the same samples.
+    floats = _batch(
+        attention_mask=tensors["attention_mask"].bool(),
+        response_mask=tensors["response_mask"].float(),
+    )
+    assert _frozen(_save(tmp_path / "floats.safetensors", floats)).token_ids == frozen[0].token_ids
     # Only prompts (no input_ids), no response_mask or positions: the same samples.
     minimal = {k: v for k, v in tensors.items() if k in ("prompts", "responses", "attention_mask")}
     only = _frozen(_save(tmp_path / "minimal.safetensors", minimal))
@@ -139,6 +145,12 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
             [dump("mask_shape", response_mask=mask[:, :3])],
             "identity.dump_mask_mismatch",
             "mask_shape",
+        ),
+        (
+            "mask_values",
+            [dump("mask_values", response_mask=ok["response_mask"] * 2)],
+            "identity.dump_bad_mask",
+            "mask_values",
         ),
         ("tail", [dump("tail", input_ids=tail)], "identity.dump_response_not_at_end", "tail"),
         ("gaps", [dump("gaps", response_mask=gaps)], "identity.dump_mask_gaps", "gaps"),

@@ -57,7 +57,10 @@ def _fail(code: str, message: str, where: str) -> ConfigError:
     return ConfigError(f"identity.{code}", message, where)
 
 
-def _matrix(tensors: Mapping[str, torch.Tensor], key: str, where: str) -> torch.Tensor | None:
+def _matrix(
+    tensors: Mapping[str, torch.Tensor], key: str, where: str, *, mask: bool = False
+) -> torch.Tensor | None:
+    """``key`` as int64 [B, T]; ``mask``: 0/1 values of any dtype (judge accepts float masks)."""
     value = tensors.get(key)
     if value is None:
         return None
@@ -70,8 +73,10 @@ def _matrix(tensors: Mapping[str, torch.Tensor], key: str, where: str) -> torch.
             "multimodal rope, are not replayable)",
             f"{where}:{key}",
         )
-    if value.is_floating_point() or value.dtype.is_complex:
+    if value.dtype.is_complex or (value.is_floating_point() and not mask):
         raise _fail("dump_not_integer", f"'{key}' holds {value.dtype}, not integers", where)
+    if mask:
+        _binary(value, key, where)
     import torch
 
     return value.to(torch.int64)
@@ -176,7 +181,7 @@ def read_batch(
     input_ids, width = _ids(tensors, keys, where)
     shape = (int(input_ids.shape[0]), int(input_ids.shape[1]))
     prompt_width = shape[1] - width
-    attention = _matrix(tensors, keys["attention_mask"], where)
+    attention = _matrix(tensors, keys["attention_mask"], where, mask=True)
     if attention is None:
         raise _fail(
             "dump_missing_key",
@@ -184,12 +189,10 @@ def read_batch(
             f"{where}:{keys['attention_mask']}",
         )
     _shape(attention, shape, keys["attention_mask"], where)
-    _binary(attention, keys["attention_mask"], where)
-    response_mask = _matrix(tensors, keys["response_mask"], where)
+    response_mask = _matrix(tensors, keys["response_mask"], where, mask=True)
     if response_mask is None:
         response_mask = attention[:, prompt_width:]
     _shape(response_mask, (shape[0], width), keys["response_mask"], where)
-    _binary(response_mask, keys["response_mask"], where)
     positions = _matrix(tensors, keys["position_ids"], where)
     if positions is not None:
         _shape(positions, shape, keys["position_ids"], where)
