@@ -4,6 +4,7 @@ code and file named, and nothing written (the inputs are checked before any engi
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,8 @@ def _save(path: Path, tensors: dict[str, torch.Tensor]) -> Path:
     return path
 
 
-def _frozen(path: Path, **keys: str) -> Any:
-    """The frozen identity the runtime builds from the dump (the tiny model's vocabulary)."""
+def _frozen(path: Path, checkpoint: Path | None = None, **keys: str) -> Any:
+    """The frozen identity the runtime builds from the dump (default: the tiny model)."""
     from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
     from xconf.adapters.vllm_transformers.model_options import parse_model_options
     from xconf.config.identity import parse_identity
@@ -65,7 +66,8 @@ def _frozen(path: Path, **keys: str) -> Any:
     identity = parse_identity(node)
     recipe = dump_recipe(identity)
     assert recipe is not None
-    record = parse_model_options(None, None, False).record({}, None)
+    model = {"path": str(checkpoint)} if checkpoint is not None else None
+    record = parse_model_options(model, None, False).record({}, None)
     return freeze_dump(identity, recipe, record, 256)
 
 
@@ -114,6 +116,28 @@ def test_every_format_gives_the_same_frozen_samples(tmp_path: Path) -> None:
     short[0, 3] = 0
     cut = _frozen(_save(tmp_path / "short.safetensors", _batch(response_mask=short)))
     assert list(cut.token_ids[0][:8]) == expected[0][:8] and sum(cut.active_mask[0]) == 3
+
+
+def test_a_local_checkpoint_names_itself_and_its_vocabulary(
+    checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """``runtime.model.path=CKPT``: its digest and tokenizer in the identity, its own
+    vocabulary checked (a make-checkpoint Llama: transformers' own classes)."""
+    from xconf.adapters.models import open_checkpoint
+    from xconf.errors import ConfigError
+
+    ckpt = checkpoints["llama"]
+    record = open_checkpoint(ckpt)
+    frozen = _frozen(_save(tmp_path / "step.safetensors", _batch()), ckpt)
+    assert frozen.checkpoint_id == f"sha256:{record.checkpoint_sha256}"
+    recipe = json.loads(frozen.recipe)
+    assert recipe["tokenizer_path"] == str(ckpt) and recipe["model"] == {"checkpoint": "local"}
+    responses = _batch()["responses"].clone()
+    responses[0, 0] = record.vocab_size  # one past its vocabulary
+    with pytest.raises(ConfigError) as info:
+        _frozen(_save(tmp_path / "vocab.safetensors", _batch(responses=responses)), ckpt)
+    assert info.value.code == "identity.dump_token_out_of_vocab"
+    assert f"[0, {record.vocab_size})" in info.value.message
 
 
 def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
