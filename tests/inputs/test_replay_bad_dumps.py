@@ -118,6 +118,30 @@ def test_every_format_gives_the_same_frozen_samples(tmp_path: Path) -> None:
     assert list(cut.token_ids[0][:8]) == expected[0][:8] and sum(cut.active_mask[0]) == 3
 
 
+def test_the_dump_digest_is_in_the_planned_identity(tmp_path: Path) -> None:
+    """The plan's identity (so every case id) follows the dump's bytes, and a dump rewritten
+    between planning and scoring is refused, never scored under the old identity."""
+    from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
+    from xconf.adapters.vllm_transformers.model_options import parse_model_options
+    from xconf.config.identity import parse_identity
+    from xconf.errors import ConfigError
+
+    path = _save(tmp_path / "step.safetensors", _batch())
+    node = {k: "x" for k in ("checkpoint_id", "model_version", "tokenizer_id")}
+    node |= {"tokenizer_policy": "p", "pre_update_state": "s", "dump": str(path)}
+    planned = parse_identity(node)
+    responses = _batch()["responses"].clone()
+    responses[0, 0] = 7
+    _save(path, _batch(responses=responses))  # same path, other bytes
+    assert parse_identity(node).digest() != planned.digest()
+    recipe = dump_recipe(planned)
+    assert recipe is not None
+    record = parse_model_options(None, None, False).record({}, None)
+    with pytest.raises(ConfigError) as info:
+        freeze_dump(planned, recipe, record, 256)
+    assert info.value.code == "identity.dump_changed"
+
+
 def test_a_local_checkpoint_names_itself_and_its_vocabulary(
     checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
