@@ -14,6 +14,8 @@ _EXPORTS = {
     "PairedRunner": "xconf.runner",
     "RunSummary": "xconf.case_record",
     "build_execution_plan": "xconf.execution_plan",
+    # Judging inside a training loop (xconf/inloop): the one call a training step makes.
+    "judge_batch": "xconf.inloop.api",
     "load_experiment_file": "xconf.config.strict",
     "parse_experiment": "xconf.config.strict",
     "plan_experiment": "xconf.planner",
@@ -23,6 +25,7 @@ __all__ = [
     "PairedRunner",
     "RunSummary",
     "build_execution_plan",
+    "judge_batch",
     "load_experiment_file",
     "parse_experiment",
     "plan_experiment",
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from xconf.case_record import RunSummary
     from xconf.config.strict import load_experiment_file, parse_experiment
     from xconf.execution_plan import build_execution_plan
+    from xconf.inloop.api import judge_batch
     from xconf.planner import plan_experiment
     from xconf.runner import PairedRunner
 

@@ -107,5 +107,25 @@ def run(args: argparse.Namespace, console: Any) -> int:
     summary = judge_cases(store, cases, resume=not args.no_resume)
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
+    _print_replay(console, cases, summary.records)
     report_after_run(summary.experiment_dir, console)
     return exit_code(summary.records)
+
+
+def _print_replay(console: Any, cases: list[Any], records: list[Any]) -> None:
+    """For each failing dump that carries its token ids: the command that attributes it."""
+    from xconf.adapters.frozen_dump import replay_command
+
+    for case, record in zip(cases, records, strict=True):
+        if record.result != "fail":
+            continue
+        command = replay_command(case.dump.path)
+        if command is None:
+            continue
+        console.print(
+            f"{case.case_id}: find the knob that causes it (replays the dump's own tokens, "
+            "one knob at a time, on your checkpoint):",
+            markup=False,
+            highlight=False,
+        )
+        console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)

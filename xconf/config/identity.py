@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xconf.canonical import canonical_json
+from xconf.config.dump_identity import DUMP_KIND, dump_recipe
 from xconf.errors import ConfigError
 from xconf.experiment import Identity
 
@@ -19,7 +20,11 @@ STRING_FIELDS = (
     "pre_update_state",
 )
 JSON_FIELDS = ("cache_metadata", "packing_metadata", "recipe")
-IDENTITY_KEYS = frozenset((*TOKEN_FIELDS, *STRING_FIELDS, *JSON_FIELDS, "scoring_mode"))
+# ``dump`` / ``dump_keys``: a dumped step replayed as the frozen identity (config/dump_identity.py).
+DUMP_FIELDS = ("dump", "dump_keys")
+IDENTITY_KEYS = frozenset(
+    (*TOKEN_FIELDS, *STRING_FIELDS, *JSON_FIELDS, *DUMP_FIELDS, "scoring_mode")
+)
 MAX_TOKENS = 1_000_000
 # Token ids and positions fit the int32 every engine indexes with (no vocabulary is larger).
 MAX_ID = 2**31 - 1
@@ -102,7 +107,12 @@ def parse_identity(node: Any) -> Identity:
                 "config.missing_key", "a non-empty string is required", f"identity.{field}"
             )
         strings[field] = value
-    recipe = _json_field(node.get("recipe"), "recipe")
+    recipe_node = node.get("recipe")
+    if any(node.get(k) is not None for k in DUMP_FIELDS) or (
+        isinstance(recipe_node, Mapping) and recipe_node.get("kind") == DUMP_KIND
+    ):
+        recipe_node = dump_recipe(node.get("dump"), node.get("dump_keys"), recipe_node or {})
+    recipe = _json_field(recipe_node, "recipe")
     rows = {field: _rows(node.get(field, []), field) for field in TOKEN_FIELDS}
     if recipe == "{}":
         _check_shapes(rows)

@@ -22,7 +22,7 @@ from xconf.report.model import (
     KnobRow,
     ReportData,
 )
-from xconf.report.sequences import sequences
+from xconf.report.sequences import sequences, worst_sequences
 from xconf.report.tokens import DecoderFactory, default_decoder_factory
 
 NUMERIC_RESULTS = ("pass", "fail")  # results whose diagnostics are numbers
@@ -153,6 +153,9 @@ def _case_report(case: StoredCase, factory: DecoderFactory) -> CaseReport:
     decode: Callable[[int], str] | None = None
     if result in NUMERIC_RESULTS and diffs is not None:
         decode = factory(identity)
+    by_ratio, by_mismatches = (
+        worst_sequences(diffs, decode) if numeric and diffs is not None else ((), ())
+    )
     return CaseReport(
         case_id=case.case_id,
         index=row.index if row else 1 << 30,
@@ -199,6 +202,8 @@ def _case_report(case: StoredCase, factory: DecoderFactory) -> CaseReport:
         wall_s=stats.as_float(payload.actual.get("wall_s")) if payload else None,
         rollout_correction=_mapping_or_none(comparison.get("rollout_correction")),
         sequences=sequences(identity, diffs, decode) if diffs is not None and decode else (),
+        worst_sequences_by_log_ratio=by_ratio,
+        worst_sequences_by_mismatches=by_mismatches,
         intervention_applied=_intervention_applied(comparison),
         engines=_engines(payload.actual if payload else {}),
     )

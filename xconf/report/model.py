@@ -73,6 +73,24 @@ class SequenceText:
 
 
 @dataclass(frozen=True)
+class SequenceDrift:
+    """One sequence's drift: its log importance ratio and its mismatches.
+
+    ``log_ratio`` is the sum over the row's active tokens of ``training - rollout`` (nats):
+    log pi_train(response) - log pi_rollout(response), verl's sequence-level importance
+    log-weight; ``mean_log_ratio`` divides it by the row's active tokens.
+    """
+
+    batch: int
+    active: int
+    log_ratio: float | None
+    mean_log_ratio: float | None
+    mismatches: int
+    max_abs_diff: float | None
+    text: str | None  # the response's tokens as text, when token ids and a tokenizer exist
+
+
+@dataclass(frozen=True)
 class KnobRow:
     """One knob on one side: requested → materialized → actual."""
 
@@ -131,6 +149,9 @@ class CaseReport:
     wall_s: float | None = None  # seconds the case took (both engines and both sides)
     rollout_correction: Mapping[str, Any] | None = None  # verl's figures; never vote
     sequences: tuple[SequenceText, ...] = ()  # only with a tokenizer at hand
+    # The worst sequences by |sequence log-ratio| and by mismatch count (report/sequences.py).
+    worst_sequences_by_log_ratio: tuple[SequenceDrift, ...] = ()
+    worst_sequences_by_mismatches: tuple[SequenceDrift, ...] = ()
     # False: a declared knob was not run as requested (no strict execution); the verdict
     # stands, but the case is no evidence about the knob and is left out of the ranking.
     intervention_applied: bool = True

@@ -1,8 +1,13 @@
-"""Each sequence as text: the prompt, then every response token with its |diff|.
+"""The per-sequence view: each sequence as text, and the worst sequences.
 
-Only built when a tokenizer is at hand (see :mod:`xconf.report.tokens`). The prompt is
-known when the identity is in the runner's teacher-forcing layout (``selected_token_ids``
-is ``token_ids`` shifted by one); a judged dump carries only the response.
+:func:`sequences`: the prompt, then every response token with its |diff|; only built when a
+tokenizer is at hand (see :mod:`xconf.report.tokens`). The prompt is known when the
+identity is in the runner's teacher-forcing layout (``selected_token_ids`` is ``token_ids``
+shifted by one); a judged dump carries only the response.
+
+:func:`worst_sequences`: the sequences with the largest |sequence log-ratio| (the sum of
+``training - rollout`` over the row: verl's sequence-level importance log-weight) and those
+with the most mismatches, with their response text when token ids and a tokenizer exist.
 """
 
 from __future__ import annotations
@@ -10,12 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from xconf.report.loader import TokenDiffs
-from xconf.report.model import SequenceText
+from xconf.report.model import SequenceDrift, SequenceText
 from xconf.report.tokens import TokenDecoder
 
 MAX_SEQUENCES = 32
 MAX_TOKENS = 512
+WORST_SEQUENCES = 5
+TEXT_TOKENS = 64  # response tokens decoded per worst sequence
 
 
 def _decode(decode: TokenDecoder, ids: Sequence[int]) -> str:
@@ -67,3 +76,51 @@ def sequences(
             )
         )
     return tuple(out)
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def worst_sequences(
+    diffs: TokenDiffs, decode: TokenDecoder | None, limit: int = WORST_SEQUENCES
+) -> tuple[tuple[SequenceDrift, ...], tuple[SequenceDrift, ...]]:
+    """(worst by |sequence log-ratio|, worst by mismatches), each worst first; rows with no
+    active token are left out, and only rows with a mismatch rank by mismatches."""
+    if diffs.abs_diff.ndim != 2:
+        return (), ()
+    active = diffs.active_mask.astype(bool)
+    delta = diffs.training_logprobs.astype(np.float64) - diffs.rollout_logprobs.astype(np.float64)
+    delta = np.where(active, delta, 0.0)
+    counts = active.sum(axis=1)
+    log_ratio = delta.sum(axis=1)
+    mismatches = (diffs.mismatch_mask.astype(bool) & active).sum(axis=1)
+    peak = np.where(active, diffs.abs_diff.astype(np.float64), -np.inf).max(axis=1)
+    rows = [b for b in range(active.shape[0]) if counts[b] > 0]
+
+    def size(b: int) -> float:  # a NaN ratio is as bad as it gets
+        value = abs(float(log_ratio[b]))
+        return np.inf if np.isnan(value) else value
+
+    def record(b: int) -> SequenceDrift:
+        text = None
+        if decode is not None and diffs.token_ids is not None:
+            positions = np.flatnonzero(active[b])[:TEXT_TOKENS]
+            text = _decode(decode, [int(diffs.token_ids[b, t]) for t in positions])
+        return SequenceDrift(
+            batch=b,
+            active=int(counts[b]),
+            log_ratio=_finite(log_ratio[b]),
+            mean_log_ratio=_finite(log_ratio[b] / counts[b]),
+            mismatches=int(mismatches[b]),
+            max_abs_diff=_finite(peak[b]),
+            text=text,
+        )
+
+    by_ratio = sorted(rows, key=lambda b: (-size(b), b))[:limit]
+    failing = [b for b in rows if mismatches[b] > 0]
+    by_mismatches = sorted(failing, key=lambda b: (-int(mismatches[b]), -float(peak[b]), b))
+    return (
+        tuple(record(b) for b in by_ratio),
+        tuple(record(b) for b in by_mismatches[:limit]),
+    )

@@ -21,6 +21,7 @@ from xconf.adapters.frozen import (
     FrozenSample,
     build_identity,
 )
+from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
 from xconf.adapters.models import ModelRecord, default_cache_dir
 from xconf.adapters.vllm_transformers.dataset import (
     DatasetOptions,
@@ -160,6 +161,11 @@ def check_recipe(
 ) -> ModelRecord:
     """Parse the recipe, check the checkpoint and every dataset row now, before a run writes
     anything; returns the checkpoint every case scores."""
+    dumped = dump_recipe(identity)
+    if dumped is not None:  # a dumped step: every token checked against the checkpoint now
+        dump_record = local_record or model.record(dumped.model, cache_dir)
+        freeze_dump(identity, dumped, dump_record, max_model_len)
+        return dump_record
     recipe = parse_recipe(identity)
     # The checkpoint too (a user's directory was checked when the runtime was built; the
     # packaged pretrained default is converted and checked here).
@@ -201,6 +207,11 @@ def freeze(
     local_record: ModelRecord | None = None,
 ) -> tuple[Identity, ModelRecord]:
     """The frozen identity and the checkpoint it names (a frozen identity is only checked)."""
+    dumped = dump_recipe(identity)
+    if dumped is not None:  # a dumped step's own tokens: no rollout, nothing sampled
+        dump_record = local_record or model.record(dumped.model, cache_dir)
+        limit = int(engine_options["max_model_len"])
+        return freeze_dump(identity, dumped, dump_record, limit), dump_record
     recipe = parse_recipe(identity)
     record = local_record or model.record(recipe.get("model") or {}, cache_dir)
     check_declared(identity, record)

@@ -1,0 +1,147 @@
+"""Judge every training step, and seal a step's tensors every N steps or when it fails.
+
+::
+
+    from xconf.inloop import StepJudge
+
+    judge = StepJudge("outputs/xconf-inloop", run="grpo-qwen3-8b", every=100, on_failure=True)
+    verdict = judge(step, rollout_log_probs, old_log_probs, response_mask,
+                    rollout_dtype="bfloat16", training_dtype="float32",
+                    input_ids=batch["input_ids"], responses=batch["responses"],
+                    attention_mask=batch["attention_mask"])
+
+A sealed step is a safetensors dump in verl's layout (``<root>/<run>-dumps/step-N``),
+judged and sealed by ``xconf judge``'s own code into its own experiment
+(``<root>/<run>-step-N``), so ``xconf verify``, ``xconf report`` and, when the token ids
+were given, the replay ``xconf-run ... identity=from_dump identity.dump=<dump>`` work on it.
+The dump is written once and never overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xconf.inloop.api import BatchVerdict, InloopError, check_tensors, judge_batch
+
+# verl's batch keys: judge and identity=from_dump read them without renames.
+TOKEN_KEYS = ("input_ids", "prompts", "responses", "attention_mask", "position_ids")
+
+
+def _dump_bytes(
+    rollout: torch.Tensor,
+    training: torch.Tensor,
+    mask: torch.Tensor,
+    tokens: Mapping[str, Any],
+    rollout_dtype: str,
+    training_dtype: str,
+) -> bytes:
+    from safetensors.torch import save
+
+    tensors = {
+        "rollout_log_probs": rollout,
+        "old_log_probs": training,
+        "response_mask": mask.to(torch.uint8),
+    }
+    for key, value in tokens.items():
+        if value is None:
+            continue
+        tensor = torch.as_tensor(value).detach().cpu()
+        if tensor.is_floating_point():
+            raise InloopError("inloop.not_integer", f"{key} holds {tensor.dtype}, not ids", key)
+        tensors[key] = tensor.to(torch.int64)
+    metadata = {"rollout_dtype": rollout_dtype, "training_dtype": training_dtype}
+    return save({k: v.contiguous() for k, v in tensors.items()}, metadata=metadata)
+
+
+def seal_step(
+    root: str | Path,
+    run: str,
+    step: int,
+    rollout_log_probs: Any,
+    old_log_probs: Any,
+    response_mask: Any,
+    *,
+    rollout_dtype: str,
+    training_dtype: str,
+    **tokens: Any,
+) -> Path:
+    """Write the step's dump and judge it as ``xconf judge`` does; returns the experiment dir."""
+    from xconf.artifacts.safe_io import ensure_real_dir, publish_bytes
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.judge.dumps import Keys, load_dump
+    from xconf.judge.seal import judge_cases, resolve_dtypes
+
+    unknown = sorted(set(tokens) - set(TOKEN_KEYS))
+    if unknown:
+        raise InloopError(
+            "inloop.unknown_key", f"unknown token keys {unknown} (known: {TOKEN_KEYS})", unknown[0]
+        )
+    rollout, training, mask = check_tensors(rollout_log_probs, old_log_probs, response_mask)
+    name = f"step-{int(step):08d}"
+    data = _dump_bytes(rollout, training, mask, tokens, rollout_dtype, training_dtype)
+    dumps = ensure_real_dir(Path(root), f"{run}-dumps")
+    publish_bytes(dumps, f"{name}.safetensors", data)
+    case = resolve_dtypes(
+        load_dump(name, dumps / f"{name}.safetensors", Keys()), None, rollout_dtype, training_dtype
+    )
+    store = ExperimentStore(root, f"{run}-{name}")
+    judge_cases(store, [case])
+    return store.path
+
+
+class StepJudge:
+    """:func:`judge_batch` on every call; a sealed dump every ``every`` steps (0: never)
+    and, with ``on_failure``, whenever the verdict is not ``pass``."""
+
+    def __init__(
+        self, root: str | Path, *, run: str = "inloop", every: int = 0, on_failure: bool = True
+    ) -> None:
+        from xconf.experiment import is_safe_id
+
+        if not is_safe_id(run):
+            raise InloopError("inloop.bad_run", f"run {run!r} is not a safe id", "run")
+        if every < 0:
+            raise InloopError("inloop.bad_every", "every is 0 (never) or a step count", "every")
+        self.root = Path(root)
+        self.run = run
+        self.every = every
+        self.on_failure = on_failure
+
+    def __call__(
+        self,
+        step: int,
+        rollout_log_probs: Any,
+        old_log_probs: Any,
+        response_mask: Any,
+        *,
+        rollout_dtype: str,
+        training_dtype: str,
+        **tokens: Any,
+    ) -> BatchVerdict:
+        verdict = judge_batch(
+            rollout_log_probs,
+            old_log_probs,
+            response_mask,
+            rollout_dtype=rollout_dtype,
+            training_dtype=training_dtype,
+        )
+        due = self.every > 0 and step % self.every == 0
+        if due or (self.on_failure and not verdict.passed):
+            sealed = seal_step(
+                self.root,
+                self.run,
+                step,
+                rollout_log_probs,
+                old_log_probs,
+                response_mask,
+                rollout_dtype=rollout_dtype,
+                training_dtype=training_dtype,
+                **tokens,
+            )
+            verdict = replace(verdict, dump=str(sealed))
+        return verdict
