@@ -1,0 +1,410 @@
+"""``hydra/launcher=xconf_ray``: every case of a batch as its own world on a Ray cluster.
+
+Before anything is submitted the launcher connects (a coded error naming an address nobody
+answers at), reads the node shape (declared, else asked from the cluster) and sizes every
+case's world against it as the Slurm launcher does: a case that cannot fit refuses the whole
+batch. Then, for each case in turn, inside Hydra's own ``run_job`` (one job directory, one
+``.hydra/`` record, one JobReturn per case) it resolves the case as the torchrun launcher
+does (:func:`xconf.launchers.torchrun.make_rank_job`) and creates the case's placement group,
+one bundle per rank. Ray places the groups as the cluster frees room, so cases run
+concurrently up to what it holds. A placed group gets one :class:`RankActor` per bundle;
+rank 0 names the world's address, every rank joins it and runs the case; rank 0's answer
+becomes the JobReturn's value.
+
+A rank that fails or whose worker dies ends its case at once (its other ranks are killed, never
+left waiting in a collective) as a FAILED JobReturn with the reason; the other cases go on. A
+stop signal (:class:`xconf.interrupts.Interrupted`) kills every actor and removes every
+placement group this launch made before it goes up. Every case's actors are killed when the
+case ends, so none outlives its case.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from xconf.artifacts.safe_io import write_file
+from xconf.launchers.errors import LaunchError, LaunchTimeoutError, RankFailedError, TopologyError
+from xconf.launchers.rank_call import describe
+from xconf.launchers.ray_cluster import Placement, RaySettings, cluster_node_shape, connect
+from xconf.launchers.ray_rank import PROBE_NAME, RankActor, parse
+from xconf.launchers.submitit_resources import ResourceGroup, group_jobs
+from xconf.launchers.topology import required_world_size
+from xconf.launchers.torchrun import make_rank_job
+from xconf.launchers.world import WorldRecord, rank_job_text
+
+log = logging.getLogger(__name__)
+
+RANK_TARGET = "xconf.launchers.torchrun:run_task_in_rank"  # the torchrun ranks' own target
+POLL_S = 0.25  # how long one wait blocks: a stop signal is handled within this
+DEATH_GRACE_S = 2.0  # after a rank's error, how long to look for a peer's death (the cause)
+
+
+def placement_of(group: ResourceGroup) -> Placement:
+    """A world's bundles from the Slurm launcher's sizing of it: one bundle per rank (its
+    ``cpus_per_task``, one GPU on GPU nodes); all on one node when one node holds it."""
+    bundle: dict[str, float] = {"CPU": float(group.cpus_per_task)}
+    if group.gpus_per_node:
+        bundle["GPU"] = 1.0
+    strategy = "STRICT_PACK" if group.nodes == 1 else "PACK"
+    return Placement(tuple(dict(bundle) for _ in range(group.world_size)), strategy, group.nodes)
+
+
+def plan_placements(
+    job_overrides: Sequence[Sequence[str]],
+    configs: Sequence[DictConfig | Mapping[str, Any]],
+    settings: RaySettings,
+) -> list[Placement]:
+    """Each job's placement, in job order; raises before anything is submitted when a world
+    cannot fit the cluster's nodes."""
+    node = cluster_node_shape(settings)
+    try:
+        groups = group_jobs(job_overrides, configs, node, settings.cpus_per_task)
+    except TopologyError as exc:
+        if not exc.code.startswith("launch.slurm."):
+            raise
+        raise TopologyError(
+            exc.code.replace("launch.slurm.", "launch.ray."),
+            f"{exc.message.replace('partition', 'Ray cluster')} (node shape: {node})",
+            "hydra.launcher.cpus_per_task"
+            if "cpus_per_task" in (exc.path or "")
+            else "hydra.launcher",
+        ) from None
+    placements: list[Placement | None] = [None] * len(job_overrides)
+    for group in groups:
+        for index in group.job_indices:
+            placements[index] = placement_of(group)
+    return [p for p in placements if p is not None]
+
+
+@dataclass
+class _Case:
+    """One submitted case and where it stands (``placing`` → ``starting`` → ``running``)."""
+
+    index: int
+    job_dir: Path
+    world_size: int
+    placement: Placement
+    job_text: str
+    nonce: str
+    pg: Any
+    state: str = "placing"
+    ret: JobReturn | None = None
+    actors: list[Any] = field(default_factory=list)
+    pending: dict[Any, int] = field(default_factory=dict)  # object ref -> rank
+    where: list[dict[str, Any]] = field(default_factory=list)
+    answers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    started: float = 0.0
+    submitted: float = field(default_factory=time.monotonic)
+
+
+class _Submit:
+    """The task ``run_job`` calls: resolves the case and submits its placement group."""
+
+    def __init__(
+        self, launch: RayLaunch, task_function: TaskFunction, index: int, placement: Placement
+    ):
+        self._launch = launch
+        self._task = task_function
+        self._index = index
+        self._placement = placement
+
+    def __call__(self, task_cfg: DictConfig) -> Any:
+        world_size = required_world_size(task_cfg)
+        job = make_rank_job(task_cfg, world_size)
+        text = rank_job_text(RANK_TARGET, {"task": describe(self._task), "job": job.to_dict()})
+        self._launch.submit(self._index, Path(job.job_dir), world_size, self._placement, text)
+        return None  # replaced by rank 0's answer once the case ends
+
+
+class RayLaunch:
+    """One ``launch()`` call: its cases, their actors, and the loop that waits on them."""
+
+    def __init__(self, settings: RaySettings) -> None:
+        self.settings = settings
+        self.cases: dict[int, _Case] = {}
+
+    # -- submission ------------------------------------------------------------------------
+
+    def submit(
+        self, index: int, job_dir: Path, world: int, placement: Placement, job_text: str
+    ) -> None:
+        from ray.util.placement_group import placement_group
+
+        nonce = uuid.uuid4().hex
+        # The ranks check this file before anything else: their storage is the launcher's.
+        write_file(job_dir / PROBE_NAME, nonce.encode())
+        pg = placement_group(list(placement.bundles), strategy=placement.strategy)
+        self.cases[index] = _Case(index, job_dir, world, placement, job_text, nonce, pg)
+        self.cases[index].pending[pg.ready()] = -1
+        log.info("case #%d: placement group of %d bundle(s) %s", index, world, placement.strategy)
+
+    def _start_actors(self, case: _Case) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor_class: Any = ray.remote(RankActor)
+        for rank, bundle in enumerate(case.placement.bundles):
+            actor = actor_class.options(
+                num_cpus=bundle["CPU"],
+                num_gpus=bundle.get("GPU", 0),
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    case.pg, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, str(case.job_dir), case.nonce)
+            case.actors.append(actor)
+            case.pending[actor.where.remote()] = rank
+        case.state = "starting"
+
+    def _start_ranks(self, case: _Case) -> None:
+        case.where.sort(key=lambda w: int(w["rank"]))
+        master = case.where[0]
+        settings = json.dumps(asdict(self.settings.world()))
+        pid_dir = case.job_dir / ".pids" / case.pg.id.hex()
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        for rank, actor in enumerate(case.actors):
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(case.world_size),
+                "LOCAL_RANK": str(self._local_rank(case, rank)),
+                "MASTER_ADDR": str(master["ip"]),
+                "MASTER_PORT": str(master["port"]),
+            }
+            ref = actor.run.remote(case.job_text, settings, str(pid_dir), json.dumps(env))
+            case.pending[ref] = rank
+        case.state, case.started = "running", time.monotonic()
+
+    @staticmethod
+    def _local_rank(case: _Case, rank: int) -> int:
+        """The rank's device index: 0 with a GPU (Ray shows an actor its own GPU only), else
+        its place among the case's ranks on its node."""
+        if case.placement.gpus_per_rank:
+            return 0
+        node = case.where[rank]["node_id"]
+        return [w["node_id"] for w in case.where[:rank]].count(node)
+
+    # -- progress --------------------------------------------------------------------------
+
+    def wait_all(self) -> None:
+        import ray
+
+        while any(c.state != "done" for c in self.cases.values()):
+            owner = {ref: c for c in self.cases.values() for ref in c.pending}
+            if owner:
+                ready, _ = ray.wait(list(owner), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    case = owner[ref]
+                    if case.state != "done" and ref in case.pending:
+                        self._advance(case, ref)
+            else:
+                time.sleep(POLL_S)
+            self._check_timeouts()
+
+    def _advance(self, case: _Case, ref: Any) -> None:
+        import ray
+
+        rank = case.pending.pop(ref)
+        if case.state == "placing":
+            self._start_actors(case)
+            return
+        try:
+            answer = parse(ray.get(ref))
+        except ray.exceptions.RayError as exc:
+            self._fail(case, self._died(case, rank, exc))
+            return
+        if case.state == "starting":
+            if answer.get("storage_error"):
+                self._fail(case, self._storage(answer))
+                return
+            case.where.append(answer)
+            if len(case.where) == case.world_size:
+                self._start_ranks(case)
+            return
+        if not answer.get("ok"):
+            self._fail(case, self._cause(case, rank, str(answer.get("error"))))
+            return
+        case.answers[rank] = answer
+        if len(case.answers) == case.world_size:
+            value = case.answers[0].get("value")
+            self._finish(case, json.loads(value) if value is not None else None, None)
+
+    def _died(self, case: _Case, rank: int, exc: Exception) -> RankFailedError:
+        where = case.where[rank] if rank < len(case.where) else {}
+        text = " ".join(str(exc).split())
+        detail = re.search(r"exit detail: (.*?)(?: There are some potential|$)", text)
+        reason = detail.group(1) if detail else text[:300]
+        place = f"pid {where.get('pid')} on node {where.get('ip')}" if where else "not started"
+        return RankFailedError(
+            "launch.rank_failed",
+            f"rank {rank}'s Ray worker ({place}) died mid-case: {reason}",
+            f"rank[{rank}]",
+        )
+
+    def _cause(self, case: _Case, rank: int, error: str) -> RankFailedError:
+        """A rank's error, unless a peer's worker died: then that death is the cause (the
+        survivor's error is only the broken collective)."""
+        import ray
+
+        others = [r for r, k in case.pending.items() if k != rank]
+        if others:
+            ready, _ = ray.wait(others, num_returns=len(others), timeout=DEATH_GRACE_S)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    return self._died(case, case.pending[ref], exc)
+        return RankFailedError(
+            "launch.rank_failed", f"rank {rank} failed: {error}", f"rank[{rank}]"
+        )
+
+    @staticmethod
+    def _storage(answer: dict[str, Any]) -> LaunchError:
+        return LaunchError(
+            "launch.ray.storage_unreachable", str(answer["storage_error"]), "hydra.sweep.dir"
+        )
+
+    def _check_timeouts(self) -> None:
+        limit = self.settings.job_timeout_s
+        for case in self.cases.values():
+            if case.state == "running" and time.monotonic() - case.started > limit:
+                self._fail(
+                    case,
+                    LaunchTimeoutError(
+                        "launch.timeout",
+                        f"world did not finish within {limit}s; its actors were killed",
+                        "hydra.launcher.job_timeout_s",
+                    ),
+                )
+
+    def _fail(self, case: _Case, error: LaunchError) -> None:
+        log.error("case #%d failed: %s", case.index, error)
+        self._finish(case, None, error)
+
+    def _finish(self, case: _Case, value: Any, error: LaunchError | None) -> None:
+        self._release(case)
+        case.state = "done"
+        self._record(case, error)
+        if case.ret is None:
+            return
+        if error is None:
+            case.ret.return_value = value
+        else:
+            case.ret.status = JobStatus.FAILED
+            case.ret.return_value = error
+
+    def _record(self, case: _Case, error: LaunchError | None) -> None:
+        resolved = self.settings.backend
+        if resolved == "auto":
+            resolved = "nccl" if case.placement.gpus_per_rank else "gloo"
+        record = WorldRecord(
+            run_id=case.pg.id.hex(),
+            world_size=case.world_size,
+            backend=resolved,
+            world_shared=False,
+            elapsed_s=round(time.monotonic() - (case.started or case.submitted), 3),
+            status="failed" if error else "completed",
+            error=str(error) if error else None,
+        )
+        write_file(case.job_dir / "launch.json", _json(asdict(record)))
+        placement = {
+            "strategy": case.placement.strategy,
+            "bundles": list(case.placement.bundles),
+            "ranks": sorted(case.where, key=lambda w: int(w["rank"])),
+        }
+        write_file(case.job_dir / "ray_placement.json", _json(placement))
+
+    # -- release ---------------------------------------------------------------------------
+
+    def _release(self, case: _Case) -> None:
+        """Kill the case's actors and remove its placement group (idempotent)."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in case.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as exc:  # already gone
+                log.debug("kill: %s", exc)
+        try:
+            remove_placement_group(case.pg)
+        except Exception as exc:
+            log.debug("remove placement group: %s", exc)
+        case.pending.clear()
+
+    def cancel(self) -> None:
+        live = [c for c in self.cases.values() if c.state != "done"]
+        actors = sum(len(c.actors) for c in live)
+        for case in live:
+            self._release(case)
+            case.state = "done"
+        log.warning(
+            "stop requested: cancelled %d case(s) on the Ray cluster (%d rank actor(s) killed, "
+            "%d placement group(s) removed)",
+            len(live),
+            actors,
+            len(live),
+        )
+
+
+def _json(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, default=str) + "\n").encode()
+
+
+def launch_on_ray(
+    settings: RaySettings,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    config: DictConfig,
+) -> list[JobReturn]:
+    """Run the batch on the cluster; a JobReturn per job, in job order."""
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    connect(settings)
+    sweep_configs = []
+    for offset, overrides in enumerate(job_overrides):
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = f"ray_{initial_job_idx + offset}"
+            sweep_config.hydra.job.num = initial_job_idx + offset
+        sweep_configs.append(sweep_config)
+    placements = plan_placements(job_overrides, sweep_configs, settings)
+    log.info("Launching %d jobs on the Ray cluster", len(job_overrides))
+    launch = RayLaunch(settings)
+    runs: list[JobReturn] = []
+    try:
+        for offset, (sweep_config, placement) in enumerate(
+            zip(sweep_configs, placements, strict=True)
+        ):
+            submit: Callable[[DictConfig], Any] = _Submit(launch, task_function, offset, placement)
+            ret = run_job(
+                hydra_context=hydra_context,
+                task_function=submit,
+                config=sweep_config,
+                job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+            )
+            configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+            runs.append(ret)
+            if offset in launch.cases:  # submitted; a job that failed to submit has no case
+                launch.cases[offset].ret = ret
+        launch.wait_all()
+    except BaseException:
+        # Ctrl-C / SIGTERM (Interrupted), or anything else: no rank of this launch runs on.
+        launch.cancel()
+        raise
+    return runs
