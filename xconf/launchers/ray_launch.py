@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -47,8 +48,20 @@ from xconf.launchers.world import WorldRecord, rank_job_text
 log = logging.getLogger(__name__)
 
 RANK_TARGET = "xconf.launchers.torchrun:run_task_in_rank"  # the torchrun ranks' own target
+# A torchrun rank inherits the command's environment; a Ray worker has its node's. What changes
+# how a case is built or scored goes with every rank: xconf's own settings (model and kernel
+# caches) and the engines' (vLLM, Hugging Face, torch). Never a device list: Ray sets that.
+FORWARDED_ENV = ("XCONF_", "VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "PYTORCH_")
+UNFORWARDED_ENV = frozenset({"XCONF_RAY_ADDRESS", "XCONF_REQUIRE_RAY"})
 POLL_S = 0.25  # how long one wait blocks: a stop signal is handled within this
 DEATH_GRACE_S = 2.0  # after a rank's error, how long to look for a peer's death (the cause)
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of this process's environment every rank gets (:data:`FORWARDED_ENV`)."""
+    return {
+        k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV) and k not in UNFORWARDED_ENV
+    }
 
 
 def placement_of(group: ResourceGroup) -> Placement:
@@ -155,11 +168,13 @@ class RayLaunch:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         actor_class: Any = ray.remote(RankActor)
+        env = forwarded_env(os.environ)
         for rank, bundle in enumerate(case.placement.bundles):
             actor = actor_class.options(
                 num_cpus=bundle["CPU"],
                 num_gpus=bundle.get("GPU", 0),
                 max_restarts=0,
+                runtime_env={"env_vars": env},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     case.pg, placement_group_bundle_index=rank
                 ),
