@@ -36,6 +36,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from xconf.artifacts.safe_io import write_file
+from xconf.interrupts import deferred_stop
 from xconf.launchers.errors import LaunchError, LaunchTimeoutError, RankFailedError, TopologyError
 from xconf.launchers.rank_call import describe
 from xconf.launchers.ray_cluster import Placement, RaySettings, cluster_node_shape, connect
@@ -212,10 +213,11 @@ class RayLaunch:
 
     # -- progress --------------------------------------------------------------------------
 
-    def wait_all(self) -> None:
+    def wait_all(self, check: Callable[[], None]) -> None:
         import ray
 
         while any(c.state != "done" for c in self.cases.values()):
+            check()
             owner = {ref: c for c in self.cases.values() for ref in c.pending}
             if owner:
                 ready, _ = ray.wait(list(owner), num_returns=1, timeout=POLL_S)
@@ -389,7 +391,31 @@ def launch_on_ray(
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    connect(settings)
+    launch = RayLaunch(settings)
+    # Ray's native calls cannot take an exception from a signal handler: a stop signal is
+    # noted and raised between them (each wait is bounded by POLL_S).
+    with deferred_stop() as check:
+        try:
+            return _launch(
+                launch, check, job_overrides, initial_job_idx, hydra_context, task_function, config
+            )
+        except BaseException:
+            # Ctrl-C / SIGTERM (Interrupted), or anything else: no rank of this launch runs on.
+            launch.cancel()
+            raise
+
+
+def _launch(
+    launch: RayLaunch,
+    check: Callable[[], None],
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    config: DictConfig,
+) -> list[JobReturn]:
+    connect(launch.settings)
+    check()
     sweep_configs = []
     for offset, overrides in enumerate(job_overrides):
         sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
@@ -397,29 +423,23 @@ def launch_on_ray(
             sweep_config.hydra.job.id = f"ray_{initial_job_idx + offset}"
             sweep_config.hydra.job.num = initial_job_idx + offset
         sweep_configs.append(sweep_config)
-    placements = plan_placements(job_overrides, sweep_configs, settings)
+    placements = plan_placements(job_overrides, sweep_configs, launch.settings)
+    check()
     log.info("Launching %d jobs on the Ray cluster", len(job_overrides))
-    launch = RayLaunch(settings)
     runs: list[JobReturn] = []
-    try:
-        for offset, (sweep_config, placement) in enumerate(
-            zip(sweep_configs, placements, strict=True)
-        ):
-            submit: Callable[[DictConfig], Any] = _Submit(launch, task_function, offset, placement)
-            ret = run_job(
-                hydra_context=hydra_context,
-                task_function=submit,
-                config=sweep_config,
-                job_dir_key="hydra.sweep.dir",
-                job_subdir_key="hydra.sweep.subdir",
-            )
-            configure_log(config.hydra.hydra_logging, config.hydra.verbose)
-            runs.append(ret)
-            if offset in launch.cases:  # submitted; a job that failed to submit has no case
-                launch.cases[offset].ret = ret
-        launch.wait_all()
-    except BaseException:
-        # Ctrl-C / SIGTERM (Interrupted), or anything else: no rank of this launch runs on.
-        launch.cancel()
-        raise
+    for offset, (sweep_config, placement) in enumerate(zip(sweep_configs, placements, strict=True)):
+        submit: Callable[[DictConfig], Any] = _Submit(launch, task_function, offset, placement)
+        ret = run_job(
+            hydra_context=hydra_context,
+            task_function=submit,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+        runs.append(ret)
+        if offset in launch.cases:  # submitted; a job that failed to submit has no case
+            launch.cases[offset].ret = ret
+        check()
+    launch.wait_all(check)
     return runs
