@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launchers.ray_fixture import rank_actors, ray_cluster  # noqa: F401 (the fixture)
+from tests.launchers.ray_fixture import rank_actors
 from tests.launchers.test_ray_runs import no_rank_actor_left
 from tests.reliability.test_rel_signals import (
     HELD,
@@ -54,7 +54,7 @@ def command(tmp: Path, address: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGINT parent", "SIGTERM"])
 def test_stop_signal_kills_every_rank_actor_and_resumes(
-    ray_cluster: str,  # noqa: F811
+    ray_cluster: str,
     tmp_path: Path,
     how: str,
 ) -> None:
@@ -72,7 +72,7 @@ def test_stop_signal_kills_every_rank_actor_and_resumes(
 
 @pytest.mark.slow
 def test_worker_killed_mid_case_is_a_failed_case_and_the_sweep_goes_on(
-    ray_cluster: str,  # noqa: F811
+    ray_cluster: str,
     tmp_path: Path,
 ) -> None:
     argv = command(tmp_path, ray_cluster)

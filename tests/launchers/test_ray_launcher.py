@@ -155,3 +155,23 @@ def test_bad_settings_are_coded_errors(settings: RaySettings, code: str) -> None
         settings.validate()
     assert info.value.code == code
     assert info.value.path is not None and info.value.path.startswith("hydra.launcher.")
+
+
+def test_loopback_is_kept_only_for_a_cluster_that_listens_on_loopback_only() -> None:
+    """scripts/ray-up's cluster listens on 127.0.0.1 only: its address stays loopback. A real
+    node's ``RAY_ADDRESS=127.0.0.1:6379`` (its GCS on the node's address) is left to Ray, which
+    resolves it to the node's own address."""
+    from xconf.launchers.ray_cluster import _loopback_only, _routable_ip
+
+    with socket.socket() as local_only:
+        local_only.bind(("127.0.0.1", 0))
+        local_only.listen()
+        assert _loopback_only(f"127.0.0.1:{local_only.getsockname()[1]}")
+    assert not _loopback_only("10.1.2.3:6379")
+    routable = _routable_ip()
+    if routable is None or routable.startswith("127."):
+        pytest.skip("this machine has no routable address")
+    with socket.socket() as everywhere:
+        everywhere.bind((routable, 0))  # a GCS on the node's own address
+        everywhere.listen()
+        assert not _loopback_only(f"127.0.0.1:{everywhere.getsockname()[1]}")

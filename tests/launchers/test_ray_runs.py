@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.adapters.conftest import needs_vllm
-from tests.launchers.ray_fixture import rank_actors, ray_cluster  # noqa: F401 (the fixture)
+from tests.launchers.ray_fixture import rank_actors
 from tests.launchers.test_s0_multirun import (
     SHARDING,
     SMOKE,
@@ -67,7 +67,7 @@ def no_rank_actor_left(bound_s: float = 15.0) -> list[int]:
 
 @pytest.mark.slow
 def test_s0_on_ray_gives_the_torchrun_verdicts_bit_for_bit(
-    ray_cluster: str,  # noqa: F811
+    ray_cluster: str,
     tmp_path: Path,
 ) -> None:
     code, ray_out, took = sweep(tmp_path, "ray", on_ray(ray_cluster), *SMOKE, SHARDING)
@@ -98,7 +98,7 @@ def test_s0_on_ray_gives_the_torchrun_verdicts_bit_for_bit(
 @needs_vllm
 @pytest.mark.slow
 def test_two_rank_s1_case_on_ray_gives_the_torchrun_verdict_bit_for_bit(
-    ray_cluster: str,  # noqa: F811
+    ray_cluster: str,
     tmp_path: Path,
 ) -> None:
     code, out, took = sweep(tmp_path, "ray", on_ray(ray_cluster), *S1)
@@ -124,7 +124,7 @@ def verdicts_of(out: Path) -> list[dict]:
 
 
 def test_a_world_larger_than_the_cluster_is_refused_before_submission(
-    ray_cluster: str,  # noqa: F811
+    ray_cluster: str,
     tmp_path: Path,
 ) -> None:
     code, out, _ = sweep(

@@ -117,6 +117,33 @@ def _probe(address: str, timeout_s: float) -> None:
         ) from None
 
 
+def _routable_ip() -> str | None:
+    """This machine's address towards the outside (no packet is sent), as Ray picks it."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("8.8.8.8", 80))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return None
+
+
+def _loopback_only(address: str) -> bool:
+    """A loopback address of a cluster that listens on loopback only (scripts/ray-up), not a
+    real node's ``RAY_ADDRESS=127.0.0.1:6379`` (a KubeRay head pod), which Ray resolves to
+    the node's own address."""
+    host, port = _host_port(address)
+    if host not in LOOPBACK_HOSTS:
+        return False
+    routable = _routable_ip()
+    if routable is None or routable.startswith("127."):
+        return True
+    try:
+        with socket.create_connection((routable, port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
 def _keep_loopback() -> None:
     """A cluster on 127.0.0.1 (scripts/ray-up): Ray rewrites a loopback address to the
     machine's routable IP before connecting, where a loopback cluster does not listen. Ray
@@ -133,9 +160,7 @@ def connect(settings: RaySettings) -> None:
     given = _given_address(settings)
     if given is not None:
         _probe(given, settings.connect_timeout_s)
-    loopback = settings.address == "local" or (
-        given is not None and _host_port(given)[0] in LOOPBACK_HOSTS
-    )
+    loopback = settings.address == "local" or (given is not None and _loopback_only(given))
     if loopback:
         _keep_loopback()
     import ray
