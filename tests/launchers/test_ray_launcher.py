@@ -99,14 +99,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_unreachable_address_is_a_coded_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["given", "auto"])
+def test_unreachable_address_is_a_coded_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Given, or found by ``auto`` (here ``RAY_ADDRESS``; Ray's record of the last cluster
+    started on the machine is read the same way): named within seconds, never a hang."""
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    if how == "auto":
+        monkeypatch.setenv("RAY_ADDRESS", address)
     started = time.monotonic()
     done = xconf_run(
         tmp_path,
         *SMOKE,
         "hydra/launcher=xconf_ray",
-        f"hydra.launcher.address={address}",
+        f"hydra.launcher.address={address if how == 'given' else 'auto'}",
         f"output_root={tmp_path / 'out'}",
         f"hydra.sweep.dir={tmp_path / 'mr'}",
     )

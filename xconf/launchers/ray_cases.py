@@ -286,19 +286,22 @@ class RayLaunch:
             log.debug("remove placement group: %s", exc)
         case.pending.clear()
 
-    def cancel(self) -> None:
+    def cancel(self, stopped: bool) -> None:
+        """End every live case: ``stopped`` by a signal, else the launch itself failed."""
         live = [c for c in self.cases.values() if c.state != "done"]
         actors = sum(len(c.actors) for c in live)
         for case in live:
             self._release(case)
             case.state = "done"
-        log.warning(
-            "stop requested: cancelled %d case(s) on the Ray cluster (%d rank actor(s) killed, "
-            "%d placement group(s) removed)",
-            len(live),
-            actors,
-            len(live),
-        )
+        if stopped or live:
+            log.warning(
+                "%s: cancelled %d case(s) on the Ray cluster (%d rank actor(s) killed, "
+                "%d placement group(s) removed)",
+                "stop requested" if stopped else "launch failed",
+                len(live),
+                actors,
+                len(live),
+            )
 
 
 def _json(data: Any) -> bytes:

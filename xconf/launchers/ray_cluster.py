@@ -95,10 +95,20 @@ def _host_port(address: str) -> tuple[str, int]:
 
 
 def _given_address(settings: RaySettings) -> str | None:
-    """The host:port xconf will connect to, when it can tell before asking Ray."""
-    if settings.address == "auto":
-        return os.environ.get("RAY_ADDRESS") or None
-    return None if settings.address == "local" else settings.address
+    """The host:port xconf will connect to, found as Ray finds it for ``auto`` (``RAY_ADDRESS``,
+    a running GCS on this machine, the cluster last started here), so that a stale record is
+    a coded error naming it, not minutes of Ray retrying."""
+    if settings.address == "local":
+        return None
+    if settings.address != "auto":
+        return settings.address
+    try:
+        from ray._private.services import get_ray_address_from_environment
+
+        found = get_ray_address_from_environment("auto", None)
+    except Exception:  # not found (Ray says so on connecting), or Ray moved the function
+        found = os.environ.get("RAY_ADDRESS")
+    return found if found and found != "auto" else None
 
 
 def _probe(address: str, timeout_s: float) -> None:

@@ -27,7 +27,7 @@ from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from xconf.interrupts import deferred_stop
+from xconf.interrupts import Interrupted, deferred_stop
 from xconf.launchers.errors import TopologyError
 from xconf.launchers.rank_call import describe
 from xconf.launchers.ray_cases import RayLaunch
@@ -118,9 +118,9 @@ def launch_on_ray(
             return _launch(
                 launch, check, job_overrides, initial_job_idx, hydra_context, task_function, config
             )
-        except BaseException:
+        except BaseException as exc:
             # Ctrl-C / SIGTERM (Interrupted), or anything else: no rank of this launch runs on.
-            launch.cancel()
+            launch.cancel(stopped=isinstance(exc, Interrupted))
             raise
 
 
