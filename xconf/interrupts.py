@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -120,3 +120,44 @@ def stop_on_signals(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+@contextmanager
+def deferred_stop(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[Callable[[], None]]:
+    """Within: a stop signal is only noted, and the yielded ``check()`` hands it on to the
+    handler that was installed before (normally :func:`stop_on_signals`', which raises
+    :class:`Interrupted`). For loops that wait in native code that cannot take an exception
+    from a signal handler (Ray's core worker returns a ``SystemError`` then): call ``check()``
+    between the calls, each of which is bounded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    wanted = tuple(signals)
+    noted: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in wanted}
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+    def check() -> None:
+        if not noted or delivered:
+            return
+        delivered.append(noted[0])
+        restore()
+        handler = previous[noted[0]]
+        if callable(handler):
+            handler(noted[0], None)
+        raise Interrupted(noted[0])
+
+    delivered: list[int] = []
+    for sig in wanted:
+        signal.signal(sig, note)
+    try:
+        yield check
+    finally:
+        restore()
+    check()  # a signal noted after the last check is not lost

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.launchers.ray_fixture import ray_cluster  # noqa: F401 (the Ray tests' fixture)
+
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("XCONF_SLURM_DIR", "/tmp/xconf-slurm"))
 UP_TIMEOUT_S = 600  # a first start may install packages with apt-get

@@ -217,13 +217,17 @@ def node_shape_from_slurm(partition: str | None = None, timeout_s: float = 30.0)
 
 
 def node_shape(
-    declared: Mapping[str, Any], partition: str | None, ask_slurm: bool = True
+    declared: Mapping[str, Any],
+    partition: str | None,
+    ask_slurm: bool = True,
+    ask: Callable[[], NodeShape] | None = None,
 ) -> NodeShape:
     """The node shape from the launcher config (``node_cpus``, ``node_gpus``, ``node_count``,
-    ``max_tasks_per_node``); what is not declared comes from ``sinfo``."""
+    ``max_tasks_per_node``); what is not declared comes from ``ask`` (the Ray launcher asks
+    its cluster), else from ``sinfo``."""
     known = {k: declared.get(k) for k in ("node_cpus", "node_gpus", "node_count")}
-    if None in known.values() and ask_slurm:
-        asked = node_shape_from_slurm(partition)
+    if None in known.values() and (ask_slurm or ask is not None):
+        asked = ask() if ask is not None else node_shape_from_slurm(partition)
         fill = {"node_cpus": asked.cpus, "node_gpus": asked.gpus, "node_count": asked.nodes}
         known = {k: fill[k] if v is None else v for k, v in known.items()}
     if known["node_cpus"] is None:

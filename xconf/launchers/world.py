@@ -130,7 +130,7 @@ def _rank_entry(job: str, settings_json: str, pid_dir: str) -> str | None:
     handler = get_error_handler()
     handler.initialize()
     try:
-        return _run_rank(job, WorldSettings(**json.loads(settings_json)), pid_dir)
+        return run_rank(job, WorldSettings(**json.loads(settings_json)), pid_dir)
     except KeyboardInterrupt:
         # A terminal's Ctrl-C reaches every rank of the foreground group, and the agent ends
         # the ranks itself. This rank stops here (torch's wrapper takes the interrupt quietly);
@@ -143,7 +143,10 @@ def _rank_entry(job: str, settings_json: str, pid_dir: str) -> str | None:
         raise
 
 
-def _run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
+def run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
+    """One rank, whoever started it (torch elastic here, a Ray actor in ``ray_rank``): joins the
+    world named by ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``, runs the job
+    (:func:`rank_job_text`), leaves the world; rank 0's value as JSON."""
     rank = int(os.environ["RANK"])
     # The watchdog kills the pids recorded here if the launch overruns.
     (Path(pid_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
@@ -169,6 +172,15 @@ def _run_rank(job: str, settings: WorldSettings, pid_dir: str) -> str | None:
         close_world()
     # Only rank 0's value is used, as JSON; the other ranks return nothing.
     return to_json(value, "the rank's return value") if rank == 0 else None
+
+
+def rank_job_text(target: str, kwargs: Mapping[str, Any]) -> str:
+    """The JSON job every rank receives: ``target`` (``module:qualname``) and JSON ``kwargs``,
+    both checked here, so a name the ranks cannot import fails once, not in every rank."""
+    from xconf.launchers.rank_call import import_target, to_json
+
+    import_target(target)
+    return json.dumps({"target": target, "kwargs": json.loads(to_json(dict(kwargs), "kwargs"))})
 
 
 def _spawn_children(parent: int) -> set[int]:
@@ -248,10 +260,7 @@ def launch_world(
     settings.validate()
     if world_size < 1:
         raise LaunchError("launch.world_size", f"world size {world_size} < 1", "")
-    from xconf.launchers.rank_call import import_target, to_json
-
-    import_target(target)  # a name the ranks cannot import fails here, not in every rank
-    job = json.dumps({"target": target, "kwargs": json.loads(to_json(dict(kwargs), "kwargs"))})
+    job = rank_job_text(target, kwargs)
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

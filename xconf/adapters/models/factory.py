@@ -274,6 +274,35 @@ def write_checkpoint(spec: ModelSpec, directory: Path | str) -> ModelRecord:
     return replace(record, path=str(target))
 
 
+RANK_ZERO_WAIT_S = 600.0  # how long another rank waits for rank 0's checkpoint
+
+
+def _not_rank_zero() -> bool:
+    """In a rank other than 0 of a torch.distributed world, where transformers'
+    ``save_pretrained`` writes nothing (rank 0 alone saves): that rank cannot build."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist and dist.is_available() and dist.is_initialized() and dist.get_rank() != 0)
+
+
+def _published_by_rank_zero(target: Path, spec: ModelSpec) -> ModelRecord:
+    """Rank 0 of the same world builds the same checkpoint: wait for it (bounded)."""
+    import time
+
+    deadline = time.monotonic() + RANK_ZERO_WAIT_S
+    while time.monotonic() < deadline:
+        record = _load_verified(target, spec)
+        if record is not None:
+            return record
+        time.sleep(0.5)
+    raise ModelFactoryError(
+        "model.not_published",
+        f"rank 0 did not publish the checkpoint within {RANK_ZERO_WAIT_S:.0f}s",
+        str(target),
+    )
+
+
 def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = None) -> ModelRecord:
     """Build the checkpoint for ``spec`` once; later calls verify and reuse it.
 
@@ -287,6 +316,8 @@ def ensure_model(spec: ModelSpec | None = None, cache_dir: Path | str | None = N
     cached = _load_verified(target, spec)
     if cached is not None:
         return cached
+    if _not_rank_zero():
+        return _published_by_rank_zero(target, spec)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
