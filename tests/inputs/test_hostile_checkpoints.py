@@ -235,7 +235,17 @@ def test_links_are_followed_named_and_digested(
     (d / "extra_notes.json").symlink_to(extra)
     third = _digest(d, cache)
     extra.write_text('{"changed": true}')
-    assert _digest(d, cache) != third
+    fourth = _digest(d, cache)
+    assert fourth != third
+    (d / "subdir").symlink_to(outside)  # a linked directory is skipped, like a real one
+    assert _digest(d, cache) == fourth
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (d / "pipe.json").symlink_to(fifo)
+    with pytest.raises(ModelFactoryError) as err:
+        open_checkpoint(d, cache_dir=cache)  # never opened: reading a FIFO would hang
+    assert err.value.code == "model.bad_link" and "pipe.json" in str(err.value.path)
+    (d / "pipe.json").unlink()
     (d / "dangling.json").symlink_to(tmp_path / "nowhere")
     with pytest.raises(ModelFactoryError) as err:
         open_checkpoint(d, cache_dir=cache)
