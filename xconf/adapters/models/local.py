@@ -72,8 +72,9 @@ def _error(code: str, message: str, path: str | Path) -> ModelFactoryError:
 def _regular_files(root: Path) -> list[Path]:
     """Top-level files (what from_pretrained reads), links to files included; hidden skipped.
 
-    A link that leads nowhere, or to something other than a regular file, is refused: the
-    engines would read (or fail on) it, and its bytes could not be digested."""
+    A link that leads nowhere, or to something other than a file or a directory (a FIFO, a
+    device), is refused: the engines would read (or hang on) it, and its bytes could not be
+    digested. Directories, linked or not, are skipped."""
     out = []
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
@@ -88,6 +89,8 @@ def _regular_files(root: Path) -> list[Path]:
                 raise _error(
                     "model.broken_link", f"a link that leads nowhere: {exc}", entry
                 ) from exc
+            if stat.S_ISDIR(target_mode):
+                continue  # like a real subdirectory: from_pretrained reads top-level files
             if not stat.S_ISREG(target_mode):
                 raise _error(
                     "model.bad_link", f"links to {os.path.realpath(entry)}, not a file", entry
