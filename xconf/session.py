@@ -1,7 +1,7 @@
 """The one service behind `xconf`, `xconf-run` and `xconf-run -m`: plan -> publish -> run ->
 verdict -> report.
 
-The front-ends (``cli/main.py``, ``cli/hydra_app.py``, ``cli/multirun.py``) parse their own
+The front-ends (``cli/main.py``, ``cli/hydra_app.py``, ``cli/multirun_job.py``) parse their own
 input into an :class:`ExperimentSpec`, a runtime config and one :class:`RunOptions`, hand
 them to :func:`plan` or :func:`run` with a :class:`View` that draws the terminal (and any
 :class:`AfterVerdict` hooks, such as ``--localize``), and exit with the returned

@@ -4,7 +4,7 @@ verdict per case.
 The parent side (:func:`run_sweep`, called by the xconf sweeper with the view its task
 function gives it) plans every case before any job starts, launches the jobs in batches and
 gathers their verdicts; the job side (:func:`run_case`, called by the multirun front end
-``cli/multirun.py``) runs one case silently. Both go through :mod:`xconf.session`.
+``cli/multirun_job.py``) runs one case silently. Both go through :mod:`xconf.session`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ function or one under ``TYPE_CHECKING``: each still ties the two modules togethe
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -54,6 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+@functools.cache
 def module_names() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for tree in TREES:
@@ -211,12 +213,16 @@ def test_every_module_has_a_layer() -> None:
     assert not missing, "modules without a layer (place them in LAYERS):\n" + "\n".join(missing)
 
 
+@functools.cache
+def _graph() -> dict[str, dict[str, int]]:
+    return edges(module_names())  # parsed once for the two checks below
+
+
 def test_the_import_graph_has_no_cycle() -> None:
-    found = cycles(edges(module_names()))
+    found = cycles(_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_no_module_imports_a_higher_layer() -> None:
-    modules = module_names()
-    breaches = upward(edges(modules), modules)
+    breaches = upward(_graph(), module_names())
     assert not breaches, "imports against the layer order:\n" + "\n".join(breaches)

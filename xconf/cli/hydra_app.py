@@ -89,7 +89,7 @@ class HydraTask:
         self.started = True
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
-            from xconf.cli.multirun import run_sweep_job
+            from xconf.cli.multirun_job import run_sweep_job
 
             return run_sweep_job(cfg)
         choice = hydra_cfg.runtime.choices.get("runtime")
