@@ -77,7 +77,7 @@ CHATS: list[list[dict[str, str]]] = [
 
 HOSTILE: dict[str, str] = {
     "endless_loop": (
-        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+        "{% for a in range(60000) %}{% for b in range(60000) %}{% for c in range(60000) %}"
         "{% endfor %}{% endfor %}{% endfor %}"
     ),
     "raises": "{{ raise_exception('this template refuses: \x1b]52;c;Zm9v\x07') }}",
@@ -90,7 +90,7 @@ HOSTILE: dict[str, str] = {
     "huge_repeat": "{{ 'x' * 1000000000 }}",
     "huge_power": "{{ 10 ** 10 ** 10 }}",
     "huge_filter": "{{ 'x' | center(1000000000) }}",
-    "huge_output": "{% for a in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+    "huge_output": "{% for a in range(60000) %}{{ 'y' * 1000 }}{% endfor %}",
     "huge_replace": "{{ messages[0]['content'].replace('', 'x' * 900000) }}",
     "huge_indent": "{{ ('a\\n' * 400000) | indent(1000) }}",
     "huge_expandtabs": "{{ ('\\t' * 400000).expandtabs(1000) }}",
@@ -98,6 +98,7 @@ HOSTILE: dict[str, str] = {
     "huge_format": "{{ '{:1000000000}'.format(1) }}",
     "huge_star_width": "{{ '%*d' % (1000000000, 1) }}",
     "huge_format_map": "{{ '{x:1000000000}'.format_map({'x': 1}) }}",
+    "huge_json_indent": "{{ messages | tojson(indent=1000000) }}",
     "huge_format_filter": "{{ '%1000000000s' | format('x') }}",
     "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "undefined_call": "{{ nothing() }}",

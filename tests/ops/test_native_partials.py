@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.bitwise import bits
-from xconf.ops.logprob import native
+from xconf.ops.logprob import kernel_cache, native
 from xconf.ops.logprob.impls import resolve_impl
 
 VARIANTS = native.VARIANTS
@@ -144,7 +144,7 @@ def fresh_loader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
 def test_build_is_cached_and_published_whole(fresh_loader: Path) -> None:
     first = native.kernel("portable")
     built = sorted(fresh_loader.iterdir())
-    record = first.path.with_name(first.path.name + native.DIGEST_SUFFIX)
+    record = first.path.with_name(first.path.name + kernel_cache.DIGEST_SUFFIX)
     assert built == [first.path, record] and first.isa == "portable"  # no temporary left
     assert first.rebuilt is None
     stamp = first.path.stat().st_mtime_ns

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xconf.ops.logprob import native
+from xconf.ops.logprob import kernel_cache, native
 
 PLANTED = r"""
 #include <stdio.h>
@@ -121,7 +121,7 @@ def test_fifo_at_the_record_is_not_waited_on(cache: Path, tmp_path: Path) -> Non
 
     first = native.kernel("portable")
     native._load.cache_clear()
-    record = first.path.with_name(first.path.name + native.DIGEST_SUFFIX)
+    record = first.path.with_name(first.path.name + kernel_cache.DIGEST_SUFFIX)
     record.unlink()
     os.mkfifo(record)  # a read of it would block forever
     kernel = native.kernel("portable")

@@ -40,6 +40,9 @@ RENDER_TIMEOUT_S = 5.0
 MAX_RENDERED_CHARS = 1 << 20
 MAX_TEMPLATE_CHARS = 1 << 20
 CALL_RESULT_BOUND = 16 * MAX_RENDERED_CHARS
+# No integer a chat template passes to a call, a filter or a '%' format is this large
+# (indents, widths, counts): ``tojson(indent=N)`` multiplies by the lines JSON makes.
+MAX_ARGUMENT_INT = 1 << 16
 CODE = "tokenizer.chat_template"
 
 
@@ -143,7 +146,7 @@ class _Budget:
 
 
 def _check_size(value: Any) -> None:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_RENDERED_CHARS:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_ARGUMENT_INT:
         raise _TooLarge(f"an integer argument of {value.bit_length()} bits")
 
 

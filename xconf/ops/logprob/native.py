@@ -11,7 +11,8 @@ file whose bytes (read from one descriptor, still open and still the file at tha
 when it is loaded) match that record, so a planted, truncated or empty file is never
 ``dlopen``ed (its constructor never runs): it is rebuilt, with a warning that says so. A
 cache directory that is not a directory owned by this user and writable by no one else is
-refused (someone who can write it could plant a library and its record together). The
+refused (someone who can write it could plant a library and its record together); the
+rules are :mod:`xconf.ops.logprob.kernel_cache`'s. The
 library is loaded with ``ctypes``, whose
 calls release the GIL: rows are split across up to ``torch.get_num_threads()`` threads,
 and since every row is reduced alone the split never changes a bit.
@@ -29,7 +30,6 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -40,9 +40,13 @@ from typing import Any, Literal
 
 import torch
 
-from xconf.artifacts.layout import read_regular
-from xconf.errors import XconfError
 from xconf.ops.logprob.errors import LogprobValidationError
+from xconf.ops.logprob.kernel_cache import (
+    open_recorded,
+    publish_text,
+    record_path,
+    unsafe_cache_dir,
+)
 
 Variant = Literal["best", "portable"]
 VARIANTS: tuple[Variant, ...] = ("best", "portable")
@@ -66,7 +70,6 @@ MIN_ELEMENTS_PER_THREAD = 1 << 18
 # others instead of holding up the call (a row's bits never depend on its chunk).
 CHUNKS_PER_THREAD = 8
 COMPILE_TIMEOUT_S = 300
-DIGEST_SUFFIX = ".sha256"
 log = logging.getLogger(__name__)
 
 
@@ -208,12 +211,12 @@ def _load(variant: Variant) -> NativeKernel | str:
         return f"cannot query the compiler {compiler}: {exc}"
     directory = cache_dir()
     path = directory / f"row_partials_{key}.so"
-    unsafe = _unsafe_cache_dir(directory)
+    unsafe = unsafe_cache_dir(directory)
     if unsafe is not None:
         log.warning("native kernel not loaded: %s", unsafe)
         return unsafe
     rebuilt = None
-    loaded = _open_recorded(path)
+    loaded = open_recorded(path)
     if isinstance(loaded, str):
         if loaded != "missing":
             rebuilt = f"{path} was rebuilt: {loaded}"
@@ -221,7 +224,7 @@ def _load(variant: Variant) -> NativeKernel | str:
         reason = _compile(compiler, variant, directory, path)
         if reason is not None:
             return reason
-        loaded = _open_recorded(path)
+        loaded = open_recorded(path)
         if isinstance(loaded, str):
             return f"cannot load {path} after building it: {loaded}"
     try:
@@ -297,7 +300,7 @@ def _compile(compiler: str, variant: Variant, directory: Path, path: Path) -> st
         # The record first, then the library, each by a rename: a reader never sees a
         # library newer than its record (a concurrent builder publishes identical bytes; if
         # not, the next load finds the mismatch and rebuilds).
-        _publish_text(directory, _record_path(path), digest + "\n")
+        publish_text(directory, record_path(path), digest + "\n")
         os.replace(temp, path)
         return None
     except (OSError, subprocess.SubprocessError) as exc:
@@ -305,89 +308,6 @@ def _compile(compiler: str, variant: Variant, directory: Path, path: Path) -> st
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
-
-
-def _record_path(path: Path) -> Path:
-    return path.with_name(path.name + DIGEST_SUFFIX)
-
-
-def _publish_text(directory: Path, target: Path, text: str) -> None:
-    handle, temp = tempfile.mkstemp(dir=directory, prefix=".record-")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
-
-
-def _unsafe_cache_dir(directory: Path) -> str | None:
-    """Why ``directory`` may not hold libraries this process loads, or None when it may.
-
-    It is created ``0700`` when missing; an existing one must be a directory (a link to
-    one is resolved) owned by this user and writable by neither group nor others.
-    """
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        info = directory.stat()
-    except OSError as exc:
-        return f"cannot use the kernel cache {directory}: {exc}"
-    if not stat.S_ISDIR(info.st_mode):
-        return f"the kernel cache {directory} is not a directory"
-    if info.st_uid != os.getuid():
-        return f"the kernel cache {directory} is owned by uid {info.st_uid}, not this user"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return (
-            f"the kernel cache {directory} is writable by others (mode "
-            f"{stat.S_IMODE(info.st_mode):o}): refused, make it 0700 or point "
-            "XCONF_KERNEL_CACHE at a private directory"
-        )
-    return None
-
-
-def _open_recorded(path: Path) -> int | str:
-    """An open descriptor on ``path`` whose bytes match its recorded digest, or why not
-    (``"missing"`` when there is no library yet)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"cannot open it ({exc.strerror})"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused("not a regular file")
-        if info.st_size == 0:
-            raise _Refused("it is empty")
-        try:
-            # A bounded regular file, never a link or a FIFO (a read that would block).
-            record = read_regular(_record_path(path), limit=256)
-            recorded = (record or b"").decode("ascii").strip()
-        except (OSError, UnicodeDecodeError, XconfError):
-            recorded = ""
-        if not recorded:
-            raise _Refused("no digest of the build is recorded beside it")
-        digest = hashlib.sha256()
-        with os.fdopen(os.dup(fd), "rb") as stream:
-            for block in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != recorded:
-            raise _Refused("its bytes do not match the digest recorded when it was built")
-    except _Refused as refused:
-        os.close(fd)
-        return str(refused)
-    except OSError as exc:
-        os.close(fd)
-        return f"cannot read it ({exc.strerror})"
-    return fd
-
-
-class _Refused(Exception):
-    pass
 
 
 _POOL_LOCK = threading.Lock()
