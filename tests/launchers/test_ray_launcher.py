@@ -182,3 +182,22 @@ def test_loopback_is_kept_only_for_a_cluster_that_listens_on_loopback_only() -> 
         everywhere.bind((routable, 0))  # a GCS on the node's own address
         everywhere.listen()
         assert not _loopback_only(f"127.0.0.1:{everywhere.getsockname()[1]}")
+
+
+def test_a_rank_that_does_not_see_the_launchers_job_directory_refuses_to_run(
+    tmp_path: Path,
+) -> None:
+    """A worker whose storage is not the launcher's (no probe, or another run's) would seal
+    artifacts nobody else sees: its rank runs nothing and names the directory."""
+    import json
+
+    from xconf.launchers.ray_rank import PROBE_NAME, RankActor
+
+    (tmp_path / PROBE_NAME).write_text("another-launch", "utf-8")
+    for job_dir in (tmp_path / "elsewhere", tmp_path):
+        actor = RankActor(1, str(job_dir), "this-launch")
+        assert actor.storage_error is not None
+        assert f"does not see the launcher's job directory {job_dir}" in actor.storage_error
+        answer = json.loads(actor.run("{}", "{}", str(tmp_path), "{}"))
+        assert answer == {"ok": False, "error": actor.storage_error}
+    assert not (tmp_path / "elsewhere").exists()  # nothing created where the case is not
