@@ -143,6 +143,7 @@ def test_unobservable_critical_knob_is_refused(s0_doc, tmp_path, monkeypatch) ->
     assert record.reason is not None
     assert "training:training.attention_backend" in record.reason
     assert "cannot observe" in record.reason
+    assert "engine state does not expose it" in record.reason  # its evidence, on the terminal
 
 
 def test_identity_checkpoint_mismatch_is_invalid_identity(s0_doc, tmp_path) -> None:

@@ -53,6 +53,7 @@ def _cli(*argv: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # two CLI processes (a run, then localize): ~6 s idle
 def test_architecture_without_a_name_map(tmp_path) -> None:
     """The S0 synthetic model has no tap name map: `run --localize` says so per failing case
     on the terminal (not only in xconf.log) and records it; `xconf localize` refuses it

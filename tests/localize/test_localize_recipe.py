@@ -71,3 +71,9 @@ def test_a_local_checkpoint_run_with_a_dataset_localizes(
     assert doc["floor_definition"].startswith("the case is the baseline")
     cross = {r["key"]: r["baseline_cross"] for r in doc["taps"]}
     assert 0 < cross["logits"] < 1e-4, cross  # vLLM against transformers, float32
+    # verify and report re-read the same run (the localization beside it included)
+    rc, out, err = xconf_cli("verify", run)
+    assert rc == 0, out + err
+    rc, out, err = xconf_cli("report", run)
+    assert rc == 0 and (run / "report.html").is_file(), err
+    assert doc["line"] in (run / "report.html").read_text()

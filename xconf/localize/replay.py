@@ -25,13 +25,17 @@ from xconf.localize.names import Flavour, NameMap, Tap
 from xconf.localize.sides import side_module
 
 
-def runtime_for(kind: str, recorded: Mapping[str, Any] | None = None) -> Any:
+def runtime_for(
+    kind: str, recorded: Mapping[str, Any] | None = None, *, chosen: bool = False
+) -> Any:
     """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated with the
     options the run's adapter was built with (``recorded``: actual.json's provenance.runtime),
     so a run with ``runtime.model.path=DIR`` is localized on DIR, not on the default model.
 
     The recorded options apply only to the class the config names today (a run directory
-    names no code to import); a run that trusted a checkpoint's own code is refused."""
+    names no code to import); a run that trusted a checkpoint's own code is refused.
+    ``chosen``: the user named the runtime (``--runtime``); another class then gets its own
+    config's options alone instead of a refusal."""
     from omegaconf import OmegaConf
 
     from xconf.runtime.loading import NON_OPTION_KEYS, instantiate_runtime, runtime_config
@@ -44,6 +48,8 @@ def runtime_for(kind: str, recorded: Mapping[str, Any] | None = None) -> Any:
     if recorded and isinstance(options, Mapping) and options:
         target = str(config.get("_target_", "")).replace(":", ".")
         if str(recorded.get("target", "")).replace(":", ".") != target:
+            if chosen:
+                return instantiate_runtime(config)
             raise LocalizeError(
                 "localize.runtime_mismatch",
                 f"the run's adapter was {recorded.get('target')!r}, conf/runtime/ names "

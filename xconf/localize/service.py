@@ -98,7 +98,9 @@ def localize_case(
     with third_party_output(inputs.store.path, output):
         if adapter is None:
             adapter = runtime_for(
-                runtime if runtime is not None else inputs.runtime_kind, inputs.runtime_record
+                runtime if runtime is not None else inputs.runtime_kind,
+                inputs.runtime_record,
+                chosen=runtime is not None,
             )
         frozen = refreeze(adapter, inputs.identity)
         names = name_map(architecture(adapter), f"runtime {inputs.runtime_kind}")

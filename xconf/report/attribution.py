@@ -209,11 +209,14 @@ def headline(
         under = tuple(
             r.label for r in rows if r.result == "pass" and r.threshold == baseline.threshold
         )
-        lines.append(
-            "brings it under the threshold: " + ", ".join(under)
-            if under
-            else "no knob brings it under the threshold"
-        )
+        if not rows:
+            lines.append("no intervention was run: nothing to bring it under the threshold")
+        else:
+            lines.append(
+                "brings it under the threshold: " + ", ".join(under)
+                if under
+                else "no knob brings it under the threshold"
+            )
     elif baseline.result != "pass":
         lines.append(
             f"baseline is {baseline.result}"
