@@ -25,9 +25,9 @@ def test_localize_names_where_the_failing_baseline_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from xconf.adapters.models.pretrained import pretrained_checkpoint
+    from xconf.artifacts.localization import latest
     from xconf.cli import hydra_app
     from xconf.localize import budget
-    from xconf.localize.artifact import latest
 
     try:
         pretrained_checkpoint()

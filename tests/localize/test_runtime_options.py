@@ -10,9 +10,8 @@ import pytest
 from tests.adapters.conftest import needs_hf
 from xconf.localize.errors import LocalizeError
 from xconf.localize.replay import runtime_for
-from xconf.runtime.loading import instantiate_runtime
+from xconf.runtime.loading import instantiate_runtime, runtime_config
 from xconf.runtime.provenance import runtime_identity
-from xconf.session import runtime_config
 
 pytestmark = needs_hf
 VLLM_HF = "xconf.adapters.vllm_transformers.adapter:VllmHfRuntime"
