@@ -22,11 +22,18 @@ from pathlib import Path
 
 import torch
 
-from xconf.judge.formats import EXPORT_HINT, PICKLE_SUFFIXES, Column, JudgeError, parse_dump
+from xconf.judge.formats import (
+    EXPORT_HINT,
+    META_KEYS,
+    PICKLE_SUFFIXES,
+    Column,
+    JudgeError,
+    parse_dump,
+)
 
 __all__ = ["EXPORT_HINT", "PICKLE_SUFFIXES", "Dump", "JudgeError", "Keys", "load_dump"]
 
-DTYPE_KEYS = ("dtype", "rollout_dtype", "training_dtype")
+DTYPE_KEYS = META_KEYS
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
