@@ -224,6 +224,7 @@ class ExperimentStore:
                             metadata={"case_id": case_id, "attempt_id": attempt_id},
                         )
                     digests[name] = publish_bytes(attempt, name, data, staging=case)
+                    del data  # one payload's bytes in memory at a time (verl-scale tensors)
                 seal = {
                     "schema": SEAL_SCHEMA,
                     "experiment_id": self.experiment_id,
