@@ -212,8 +212,10 @@ def compare(
     roll = rollout.logprobs.to(dtype)
     train = training.logprobs.to(dtype)
     zeros = torch.zeros_like(roll)
-    diff = torch.where(active, torch.abs(train - roll), zeros)
-    mismatch = active & (torch.abs(train - roll) > threshold.value)
+    gap = torch.abs(train - roll)
+    diff = torch.where(active, gap, zeros)
+    mismatch = active & (gap > threshold.value)
+    del gap  # a [B, T] temporary: at verl scale every one of them counts
     active_count = int(active.sum())
     token_diffs = {
         "rollout_logprobs": torch.where(active, roll, zeros).contiguous(),

@@ -283,3 +283,20 @@ def test_comparison_quantiles_and_drift_profile_are_torch_s_bit_for_bit_at_any_s
     with pytest.raises(RuntimeError):
         torch.quantile(big.double(), 0.5)
     assert 0.0 < quantiles(big, {"p50": 0.5})["p50"] < 1.0
+
+
+def test_a_bfloat16_dump_gets_verl_s_figures_in_bfloat16(xconf_cli, tmp_path: Path) -> None:
+    """The verdict runs in float32 (exact for bfloat16); verl's figures in the dumped dtype."""
+    from xconf.rollout_correction import PREFIX, verl_figures
+
+    rollout = R.bfloat16()
+    training = (R - 0.03).bfloat16()
+    path = _save(tmp_path / "bf16.safetensors", rollout, training)
+    code, _, err = xconf_cli("judge", path, "--dtype", "bfloat16", "--output-root", tmp_path / "o")
+    assert code == 0, err
+    doc = _doc(tmp_path / "o" / "judge", "bf16")["rollout_correction"]
+    assert doc["dtype"] == "bfloat16"
+    expected = verl_figures(rollout, training, torch.ones(2, 4, dtype=torch.int64))
+    assert doc["metrics"] == {k: expected[PREFIX + k] for k in doc["metrics"]}
+    as_float32 = verl_figures(rollout.float(), training.float(), torch.ones(2, 4))
+    assert any(doc["metrics"][k] != as_float32[PREFIX + k] for k in doc["metrics"])

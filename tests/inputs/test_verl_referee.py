@@ -86,6 +86,25 @@ def grid() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str
     return cases
 
 
+JUDGED_CONFIG = {"rollout_is": "sequence", "rollout_is_threshold": "0.5_2.0"}
+JUDGED = ("mid_0.1_ragged", "m95_0.001_empty_row")
+
+
+def judged_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]]:
+    """Grid dumps `xconf judge` seals; log-probabilities at most 0 (else invalid artifacts)."""
+    return {
+        f"judged_{k}": (r, t.clamp(max=0.0), m, JUDGED_CONFIG)
+        for k, (r, t, m, _) in grid().items()
+        if k in JUDGED
+    }
+
+
+@pytest.fixture(scope="module")
+def verl_numbers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """verl's figures for the grid and the judged dumps: one child process for the module."""
+    return _verl(tmp_path_factory.mktemp("verl"), {**grid(), **judged_cases()})
+
+
 def _verl(tmp_path: Path, cases: dict[str, Any]) -> dict[str, dict[str, str]]:
     if not (VERL_SITE / "verl" / "__init__.py").is_file():
         pytest.fail(f"verl is not installed in {VERL_SITE}: run `make setup`")
@@ -120,9 +139,9 @@ def _same(a: float, b: float) -> bool:
 
 
 @pytest.mark.slow
-def test_every_figure_equals_verl_s_own_bit_for_bit(tmp_path: Path) -> None:
+def test_every_figure_equals_verl_s_own_bit_for_bit(verl_numbers: dict[str, Any]) -> None:
     cases = grid()
-    verl = _verl(tmp_path, cases)
+    verl = {k: dict(v) for k, v in verl_numbers.items()}
     compared = 0
     overflowed = set()
     raised = 0
@@ -148,15 +167,12 @@ def test_every_figure_equals_verl_s_own_bit_for_bit(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_judge_seals_verl_s_numbers(xconf_cli, tmp_path: Path) -> None:
+def test_judge_seals_verl_s_numbers(
+    xconf_cli: Any, tmp_path: Path, verl_numbers: dict[str, Any]
+) -> None:
     """End to end: what `xconf judge` seals is what verl logs for the dumped tensors."""
-    config = {"rollout_is": "sequence", "rollout_is_threshold": "0.5_2.0"}
-    picked = ("mid_0.1_ragged", "m95_0.001_empty_row")
-    # log-probabilities at most 0: judge calls anything else an invalid artifact
-    cases = {
-        k: (r, t.clamp(max=0.0), m, config) for k, (r, t, m, _) in grid().items() if k in picked
-    }
-    verl = _verl(tmp_path, cases)
+    cases = judged_cases()
+    verl = verl_numbers
     is_flags = ("--rollout-is", "sequence", "--rollout-is-threshold", "0.5_2.0")
     named = []
     for name, (r, t, m, _) in cases.items():

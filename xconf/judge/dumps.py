@@ -22,11 +22,18 @@ from pathlib import Path
 
 import torch
 
-from xconf.judge.formats import EXPORT_HINT, PICKLE_SUFFIXES, Column, JudgeError, parse_dump
+from xconf.judge.formats import (
+    EXPORT_HINT,
+    META_KEYS,
+    PICKLE_SUFFIXES,
+    Column,
+    JudgeError,
+    parse_dump,
+)
 
 __all__ = ["EXPORT_HINT", "PICKLE_SUFFIXES", "Dump", "JudgeError", "Keys", "load_dump"]
 
-DTYPE_KEYS = ("dtype", "rollout_dtype", "training_dtype")
+DTYPE_KEYS = META_KEYS
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -168,6 +175,12 @@ def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
         )
     mask = _mask(columns, keys, rollout_col, where)
     responses = _token_ids(columns, keys, rollout.shape, where)
+    kept = [t for t in (rollout, training, responses) if t is not None]
+    if sum(t.numel() * t.element_size() for t in kept) < 0.75 * parsed.size:
+        # Most of the file is something judge does not keep (an int64 mask now held as
+        # bool, other tensors): copy what it keeps, so the file's bytes can be freed.
+        rollout, training = rollout.clone(), training.clone()
+        responses = None if responses is None else responses.clone()
     meta = parsed.meta
     declared = tuple((k, str(meta[k])) for k in DTYPE_KEYS if k in meta)
     return Dump(

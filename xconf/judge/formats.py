@@ -29,6 +29,7 @@ from xconf.errors import ArtifactError, XconfError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
 SUFFIXES = (".safetensors", ".npz", ".parquet", ".jsonl")
+META_KEYS = ("dtype", "rollout_dtype", "training_dtype")  # string entries a dump may declare
 MAX_HEADER = 100 << 20  # a safetensors header (JSON) larger than this is not a dump
 EXPORT_HINT = (
     "export the tensors once with safetensors instead:\n"
@@ -80,7 +81,14 @@ def read_once(path: Path) -> tuple[bytearray, str]:
     try:
         with open_regular(path, UNBOUNDED, follow=True) as fd:
             size = os.fstat(fd).st_size
-            buffer = bytearray(size)
+            try:
+                buffer = bytearray(size)
+            except MemoryError:
+                raise JudgeError(
+                    "judge.too_large",
+                    f"{path.name} ({size} bytes) does not fit in memory",
+                    str(path),
+                ) from None
             view = memoryview(buffer)
             digest = hashlib.sha256()
             done = 0
@@ -213,8 +221,11 @@ def _parquet(buffer: bytearray, wanted: set[str], where: str) -> Read:
 
     source = pq.ParquetFile(pa.BufferReader(memoryview(buffer)))
     schema = source.schema_arrow
+    # only the dtype keys of the string columns: a prompt or response text column is not read
     strings = [
-        f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        f.name
+        for f in schema
+        if f.name in META_KEYS and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
     ]
     lists = [f.name for f in schema if f.name in wanted]
     table = source.read(columns=sorted(set(strings) | set(lists)))
