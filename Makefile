@@ -37,7 +37,15 @@ $(TRITON_SITE)/.installed: $(STAMP)
 	$(PIP) install -q --no-deps --target $(TRITON_SITE) triton==3.7.1
 	touch $@
 
-setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed
+# verl 0.9.1, the referee of the verl figures (tests/inputs/test_verl_referee.py): installed
+# beside the venv with --no-deps (only what its metric modules import), never into it.
+VERL_SITE := .cache/verl-site
+$(VERL_SITE)/.installed: $(STAMP) requirements/verl-referee.txt
+	rm -rf $(VERL_SITE)
+	$(PIP) install -q --no-deps --target $(VERL_SITE) -r requirements/verl-referee.txt
+	touch $@
+
+setup: $(STAMP) $(RT_STAMP) $(TRITON_SITE)/.installed $(VERL_SITE)/.installed
 
 # S2 on CPU: vLLM rollout against the Hugging Face scorer, one knob at a time.
 # Exit 1 from xconf-run means "ran to completion with a non-pass verdict": a success here.

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
-from xconf.rollout_correction import rollout_correction
+from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, SideScore
 
 Result = Literal[
@@ -82,6 +82,50 @@ def _base_document(threshold: ResolvedThreshold, contract: NumericalContract) ->
     }
 
 
+def quantiles(
+    values: torch.Tensor, qs: dict[str, float], dtype: torch.dtype = torch.float64
+) -> dict[str, float]:
+    """``torch.quantile`` (linear interpolation) of a 1-D tensor, bit for bit, for any size.
+
+    ``torch.quantile`` refuses more than 2**24 elements and sorts everything; a verl batch has
+    more. The order statistics it interpolates are selected with one ``numpy.partition``
+    (no full sort), then interpolated exactly as torch does on ``values.to(dtype)``
+    (``rank = q * (n - 1)``, lerp): widening is exact and keeps the order, so the selection
+    runs on the narrower values.
+    """
+    import numpy as np
+
+    n = values.numel()
+    ranks = {k: torch.tensor(q, dtype=dtype) * (n - 1) for k, q in qs.items()}
+    picks = sorted(
+        {int(r.floor()) for r in ranks.values()} | {int(r.ceil()) for r in ranks.values()}
+    )
+    chosen = np.partition(values.numpy(), picks)
+    out = {}
+    for k, rank in ranks.items():
+        below, above = int(rank.floor()), int(rank.ceil())
+        low = torch.tensor(float(chosen[below]), dtype=dtype)
+        high = torch.tensor(float(chosen[above]), dtype=dtype)
+        out[k] = float(torch.lerp(low, high, rank - below))
+    return out
+
+
+def _drift_profile(diff: torch.Tensor, active: torch.Tensor) -> list[dict[str, Any]]:
+    """Per position: active count, mean and max |diff| (inactive diffs are 0 by construction)."""
+    counts = active.sum(0)
+    sums = diff.double().sum(0)
+    peaks = diff.double().max(0).values
+    return [
+        {
+            "position": position,
+            "active": int(counts[position]),
+            "mean_abs_diff": float(sums[position] / counts[position]),
+            "max_abs_diff": float(peaks[position]),
+        }
+        for position in torch.nonzero(counts).flatten().tolist()
+    ]
+
+
 def _diagnostics(
     diff: torch.Tensor,
     rollout: torch.Tensor,
@@ -89,27 +133,15 @@ def _diagnostics(
     active: torch.Tensor,
     inputs: FrozenInputs,
 ) -> dict[str, Any]:
-    values = diff[active].double()
+    selected = diff[active]
+    values = selected.double()
     delta = (training - rollout)[active].double()
     worst_flat = int(torch.argmax(torch.where(active, diff, torch.full_like(diff, -1.0))))
     b, t = divmod(worst_flat, diff.shape[1])
-    profile = []
-    for position in range(diff.shape[1]):
-        column = active[:, position]
-        if bool(column.any()):
-            d = diff[:, position][column].double()
-            profile.append(
-                {
-                    "position": position,
-                    "active": int(column.sum()),
-                    "mean_abs_diff": float(d.mean()),
-                    "max_abs_diff": float(d.max()),
-                }
-            )
     return {
         "diff": {
             "mean": float(values.mean()),
-            **{k: float(torch.quantile(values, q)) for k, q in PERCENTILES.items()},
+            **quantiles(selected, PERCENTILES),
             "max": float(values.max()),
         },
         # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
@@ -121,7 +153,7 @@ def _diagnostics(
             "rollout_logprob": float(rollout[b, t]),
             "training_logprob": float(training[b, t]),
         },
-        "drift_profile": profile,
+        "drift_profile": _drift_profile(diff, active),
     }
 
 
@@ -132,6 +164,8 @@ def compare(
     training: SideScore,
     threshold: ResolvedThreshold,
     contract: NumericalContract,
+    *,
+    correction: Correction | None = None,
 ) -> ComparisonOutcome:
     """Judge every active token by ``abs(training - rollout) > threshold``; nothing else votes."""
     doc = _base_document(threshold, contract)
@@ -156,14 +190,27 @@ def compare(
         if not lp.is_floating_point():
             doc.update(result="invalid_artifact", reason=f"{name} logprobs are {lp.dtype}")
             return ComparisonOutcome(doc, {})
-        if not bool(torch.isfinite(lp[active]).all()):
+        scores = lp[active]
+        if not bool(torch.isfinite(scores).all()):
             doc.update(result="invalid_artifact", reason=f"{name} has non-finite active scores")
+            return ComparisonOutcome(doc, {})
+        # A log-probability is at most 0; above 0 by more than the contract's rounding
+        # threshold it is not a log-probability at all (p > 1), whatever the other side says.
+        top = float(scores.max()) if scores.numel() else 0.0
+        if top > threshold.value:
+            doc.update(
+                result="invalid_artifact",
+                reason=f"{name} has active log-probabilities above 0 (max {top:+.6g} > "
+                f"{threshold.value:g}): p > 1 is not a probability",
+            )
             return ComparisonOutcome(doc, {})
     if rollout.logprobs.dtype != training.logprobs.dtype:
         doc.update(result="invalid_artifact", reason="the two sides report different dtypes")
         return ComparisonOutcome(doc, {})
-    roll = rollout.logprobs.float()
-    train = training.logprobs.float()
+    # float64 scores are judged in float64; every other float dtype in float32 (exactly).
+    dtype = torch.float64 if rollout.logprobs.dtype == torch.float64 else torch.float32
+    roll = rollout.logprobs.to(dtype)
+    train = training.logprobs.to(dtype)
     zeros = torch.zeros_like(roll)
     diff = torch.where(active, torch.abs(train - roll), zeros)
     mismatch = active & (torch.abs(train - roll) > threshold.value)
@@ -174,9 +221,9 @@ def compare(
         "active_mask": active.to(torch.uint8).contiguous(),
         "abs_diff": diff.contiguous(),
         "mismatch_mask": mismatch.to(torch.uint8).contiguous(),
-        # The verdict compares float32 differences with the threshold rounded to float32;
-        # storing it so lets any offline recompute (torch or numpy) reproduce it bit for bit.
-        "threshold": torch.tensor(threshold.value, dtype=torch.float32),
+        # The verdict compares differences in the scores' dtype with the threshold rounded to
+        # it; storing it so lets any offline recompute (torch or numpy) reproduce it bit for bit.
+        "threshold": torch.tensor(threshold.value, dtype=dtype),
     }
     if active_count == 0:
         doc.update(result="zero_active_tokens", reason="no active token to judge")
@@ -191,7 +238,9 @@ def compare(
     try:
         diagnostics = _diagnostics(diff, roll, train, active, inputs)
         # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
-        diagnostics["rollout_correction"] = rollout_correction(roll, train, active)
+        diagnostics["rollout_correction"] = rollout_correction(
+            roll, train, active, correction=correction
+        )
     except Exception as exc:  # diagnostics never vote, so they can never crash a verdict
         diagnostics = {"diagnostics_error": f"{type(exc).__name__}: {exc}"}
     doc.update(diagnostics)
@@ -222,9 +271,9 @@ def finite_document(doc: dict[str, Any]) -> dict[str, Any]:
     return cleaned  # type: ignore[no-any-return]
 
 
-def verdict_threshold(value: float) -> float:
-    """A contract threshold as the verdict applies it: rounded to float32, like the scores."""
-    return float(torch.tensor(value, dtype=torch.float32))
+def verdict_threshold(value: float, dtype: torch.dtype = torch.float32) -> float:
+    """A contract threshold as the verdict applies it: rounded to the scores' dtype."""
+    return float(torch.tensor(value, dtype=dtype))
 
 
 def error_outcome(
@@ -253,9 +302,9 @@ def identity_outcome(
 def recompute_result(token_diffs: dict[str, torch.Tensor]) -> tuple[Result, int]:
     """Offline re-judgement from stored tensors and the stored threshold alone."""
     active = token_diffs["active_mask"].bool()
-    threshold = token_diffs["threshold"].to(torch.float32)
     diff = torch.abs(token_diffs["training_logprobs"] - token_diffs["rollout_logprobs"])
-    mismatches = int((active & (diff.float() > threshold)).sum())
+    threshold = token_diffs["threshold"].to(diff.dtype)
+    mismatches = int((active & (diff > threshold)).sum())
     if int(active.sum()) == 0:
         return "zero_active_tokens", 0
     return ("fail" if mismatches else "pass"), mismatches

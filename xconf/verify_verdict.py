@@ -123,6 +123,11 @@ def _check_recomputation(
     result = doc.get("result")
     recomputed, mismatches = recompute_result(diffs)
     active = diffs["active_mask"].bool()
+    dtype = diffs["rollout_logprobs"].dtype
+    if dtype not in (torch.float32, torch.float64) or any(
+        diffs[k].dtype != dtype for k in ("training_logprobs", "abs_diff", "threshold")
+    ):
+        return "token_diffs.safetensors mixes dtypes (scores, diffs and threshold share one)"
     threshold = float(diffs["threshold"])
     mask = (
         active & (torch.abs(diffs["training_logprobs"] - diffs["rollout_logprobs"]) > threshold)
@@ -136,7 +141,10 @@ def _check_recomputation(
     if not _equal(mask, diffs["mismatch_mask"]):
         return "stored mismatch_mask disagrees with the recomputation"
     stored_threshold = doc.get("threshold")
-    if not isinstance(stored_threshold, float) or verdict_threshold(stored_threshold) != threshold:
+    if (
+        not isinstance(stored_threshold, float)
+        or verdict_threshold(stored_threshold, dtype) != threshold
+    ):
         return f"threshold {threshold!r} in tensors, {stored_threshold!r} in comparison.json"
     contract = load_contract()
     if (doc.get("contract") or {}).get("sha256") == contract.identity().get("sha256"):
@@ -146,11 +154,11 @@ def _check_recomputation(
             ).value
         except XconfError:
             return "comparison.json names dtypes the contract has no threshold for"
-        if verdict_threshold(expected) != threshold:
+        if verdict_threshold(expected, dtype) != threshold:
             return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
         try:
-            logprobs = score["logprobs"].float()
+            logprobs = score["logprobs"]
         except KeyError:
             return f"{SCORE_FILES[side]} has no logprobs"
         stored = diffs[f"{side}_logprobs"]

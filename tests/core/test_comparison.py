@@ -83,7 +83,7 @@ def test_difference_just_above_threshold_is_a_mismatch(dtype: str) -> None:
     above = np.nextafter(np.float32(threshold.value), np.float32(np.inf))
     rollout = torch.zeros(2, 4)
     training = torch.zeros(2, 4)
-    training[0, 1] = float(above)
+    training[0, 1] = float(-above)  # a log-probability is at most 0
     outcome = judge(score(rollout), score(training), threshold=threshold)
     assert outcome.result == "fail"
     assert outcome.document["mismatches"] == 1
@@ -259,7 +259,7 @@ def test_worst_token_ignores_inactive_positions() -> None:
     rollout = torch.zeros(2, 4)
     training = torch.zeros(2, 4)
     training[0, 3] = 50.0  # inactive
-    training[1, 1] = 0.5
+    training[1, 1] = -0.5
     worst = judge(score(rollout), score(training)).document["worst_token"]
     assert (worst["batch"], worst["position"], worst["token_id"]) == (1, 1, 11)
 

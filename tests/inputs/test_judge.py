@@ -44,11 +44,12 @@ def test_safetensors_npz_parquet_agree_and_verify(xconf_cli, tmp_path: Path) -> 
         dtype=np.array("float32"),
     )
     parquet = tmp_path / "step.parquet"
+    f32 = pa.list_(pa.float32())  # float32 lists: a double column is a float64 dump
     pq.write_table(
         pa.table(
             {
-                "rollout_log_probs": R.tolist(),
-                "old_log_probs": (R + DELTA).tolist(),
+                "rollout_log_probs": pa.array(R.tolist(), type=f32),
+                "old_log_probs": pa.array((R + DELTA).tolist(), type=f32),
                 "response_mask": MASK.tolist(),
                 "uid": ["a", "b"],  # a scalar column: ignored
             }
@@ -90,6 +91,11 @@ def test_zero_active_mask_is_an_honest_verdict(xconf_cli, tmp_path: Path) -> Non
     assert _comparison(tmp_path / "out" / "judge", "empty")["result"] == "zero_active_tokens"
 
 
+FLOAT32 = ("--dtype", "float32")
+IS_BAD = ("--rollout-is", "token", "--rollout-is-threshold", "2_1")  # lower above upper
+RS_BAD = ("--rollout-rs", "token_k9", "--rollout-rs-threshold", "1")  # no such option
+
+
 def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
     missing = tmp_path / "missing.safetensors"
     save_file({"rollout_log_probs": R, "response_mask": MASK}, str(missing))
@@ -118,6 +124,8 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["judge", str(good), "--dtype", "float8"], "judge.unknown_dtype"),
         (["judge", "--case", f"a b={good}", "--dtype", "float32"], "judge.bad_case_name"),
         (["judge", str(good), "--rollout-key", "nope", "--dtype", "float32"], "judge.missing_key"),
+        (["judge", str(good), *FLOAT32, *IS_BAD], "judge.bad_correction"),
+        (["judge", str(good), *FLOAT32, *RS_BAD], "judge.bad_correction"),
     ]
 
 
@@ -148,5 +156,10 @@ def test_token_ids_from_responses_or_input_ids(xconf_cli, tmp_path: Path, key: s
     code, _, err = xconf_cli("judge", path, "--dtype", "bfloat16", "--output-root", tmp_path / "o")
     assert code == 0, err
     (attempt,) = sorted((tmp_path / "o" / "judge" / "cases" / "step").iterdir())
+    # Per-token payloads are safetensors, never JSON: the ids are in the score tensors.
     identity = json.loads((attempt / "identity.json").read_text())
-    assert identity["selected_token_ids"] == ids.tolist()
+    assert identity["selected_token_ids"] == [] and identity["recipe"]["shape"] == [2, 4]
+    from safetensors.torch import load_file
+
+    score = load_file(str(attempt / "score_rollout.safetensors"))
+    assert torch.equal(score["selected_token_ids"], ids) and torch.equal(score["token_ids"], ids)

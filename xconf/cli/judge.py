@@ -27,6 +27,18 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--rollout-dtype", default=None)
     parser.add_argument("--training-dtype", default=None)
+    figures = parser.add_argument_group(
+        "verl importance weights (diagnostics only; they never vote)",
+        "verl's algorithm.rollout_correction IS/RS settings: judge records the "
+        "rollout_corr/rollout_is_* and rollout_rs_* figures verl logs with them",
+    )
+    figures.add_argument("--rollout-is", choices=("token", "sequence"), default=None)
+    figures.add_argument(
+        "--rollout-is-threshold", default="2.0", help="TIS upper bound, or 'lower_upper' (IcePop)"
+    )
+    figures.add_argument("--rollout-is-batch-normalize", action="store_true")
+    figures.add_argument("--rollout-rs", default=None, help="e.g. token_k1,seq_mean_k3")
+    figures.add_argument("--rollout-rs-threshold", default=None)
     parser.add_argument("--experiment-id", default="judge")
     parser.add_argument("--output-root", default="outputs")
     parser.add_argument("--no-resume", action="store_true", help="judge again even if sealed")
@@ -52,6 +64,24 @@ def _named(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return named
 
 
+def _correction(args: argparse.Namespace) -> Any:
+    """The IS/RS settings, checked as verl checks them; None when neither is configured."""
+    from xconf.rollout_correction import Correction
+    from xconf.rollout_correction.weights import check_correction
+
+    if args.rollout_is is None and args.rollout_rs is None:
+        return None
+    correction = Correction(
+        rollout_is=args.rollout_is,
+        rollout_is_threshold=args.rollout_is_threshold,
+        rollout_is_batch_normalize=args.rollout_is_batch_normalize,
+        rollout_rs=args.rollout_rs,
+        rollout_rs_threshold=args.rollout_rs_threshold,
+    )
+    check_correction(correction)
+    return correction
+
+
 def run(args: argparse.Namespace, console: Any) -> int:
     from xconf.artifacts.store import ExperimentStore
     from xconf.cli.render import print_reasons, verdict_table
@@ -61,10 +91,15 @@ def run(args: argparse.Namespace, console: Any) -> int:
     from xconf.session import exit_code
 
     keys = Keys(rollout=args.rollout_key, training=args.training_key, mask=args.mask_key)
+    correction = _correction(args)
     # Every file is read and checked before anything is written.
     cases = [
         resolve_dtypes(
-            load_dump(name, file, keys), args.dtype, args.rollout_dtype, args.training_dtype
+            load_dump(name, file, keys),
+            args.dtype,
+            args.rollout_dtype,
+            args.training_dtype,
+            correction,
         )
         for name, file in _named(args)
     ]

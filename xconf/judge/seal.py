@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -25,10 +24,13 @@ from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
-from xconf.judge.dumps import Dump, JudgeError, sha256_path
+from xconf.judge.dumps import Dump, JudgeError
+from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
-JUDGE_VERSION = "xconf-judge.v1"
+# v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
+# payloads in safetensors only, verl's figures in the dumped dtype.
+JUDGE_VERSION = "xconf-judge.v2"
 RUNTIME_KIND = "judge"
 
 
@@ -37,6 +39,7 @@ class JudgedCase:
     dump: Dump
     rollout_dtype: str
     training_dtype: str
+    correction: Correction | None = None
 
     @property
     def case_id(self) -> str:
@@ -44,7 +47,11 @@ class JudgedCase:
 
 
 def resolve_dtypes(
-    dump: Dump, dtype: str | None, rollout_dtype: str | None, training_dtype: str | None
+    dump: Dump,
+    dtype: str | None,
+    rollout_dtype: str | None,
+    training_dtype: str | None,
+    correction: Correction | None = None,
 ) -> JudgedCase:
     """Command line first, then the file's own ``dtype`` keys; never a silent default."""
     declared = dict(dump.declared)
@@ -71,60 +78,85 @@ def resolve_dtypes(
             f"case name {dump.name!r} is not a safe id ([A-Za-z0-9._-]); use --case NAME=FILE",
             dump.path,
         )
-    return JudgedCase(dump, roll, train)
+    return JudgedCase(dump, roll, train, correction)
+
+
+TOKEN_PAYLOAD = ("score_rollout.safetensors", ("token_ids", "selected_token_ids", "active_mask"))
 
 
 def _identity(case: JudgedCase) -> Identity:
+    """The judged input, named by the dump's digest; no per-token field is JSON.
+
+    The token ids and the mask a verdict covers are the dump's (its SHA-256 covers every
+    byte); the attempt stores them in ``score_*.safetensors``, never in ``identity.json``,
+    so the identity stays small at any batch size.
+    """
     d = case.dump
     b, t = d.rollout.shape
-    ids = d.responses if d.responses is not None else torch.zeros((b, t), dtype=torch.int64)
-    rows = tuple(tuple(int(x) for x in row) for row in ids.tolist())
-    mask = tuple(tuple(int(x) for x in row) for row in d.mask.to(torch.int64).tolist())
     return Identity(
         checkpoint_id="external:unknown",
         model_version="external:unknown",
         tokenizer_id="external:unknown",
         tokenizer_policy="verl response layout [B, response_len]; token ids "
         + ("from the dump" if d.responses is not None else "not dumped (zeros)"),
-        token_ids=rows,
-        selected_token_ids=rows,
-        active_mask=mask,
-        attention_mask=mask,
-        position_ids=tuple(tuple(range(t)) for _ in range(b)),
+        token_ids=(),
+        selected_token_ids=(),
+        active_mask=(),
+        attention_mask=(),
+        position_ids=(),
         pre_update_state="as dumped by the producing system",
         cache_metadata="{}",
         packing_metadata="{}",
         scoring_mode="decode",
         recipe=canonical_json(
-            {"kind": "judge", "file": d.path, "sha256": d.sha256}, allow_nan=False
+            {
+                "kind": "judge",
+                "file": d.path,
+                "sha256": d.sha256,
+                "bytes": d.size,
+                "keys": asdict(d.keys),
+                "shape": [b, t],
+                "ragged": d.ragged,
+                "active_tokens": int(d.mask.sum()),
+                "token_payload": {"file": TOKEN_PAYLOAD[0], "tensors": list(TOKEN_PAYLOAD[1])},
+            },
+            allow_nan=False,
         ),
     )
 
 
+def _inputs(dump: Dump) -> FrozenInputs:
+    """The frozen inputs straight from the dump's tensors (no per-token Python objects)."""
+    b, t = dump.rollout.shape
+    ids = dump.responses if dump.responses is not None else torch.zeros((b, t), dtype=torch.int64)
+    return FrozenInputs(
+        token_ids=ids,
+        # a tensor of its own: safetensors refuses two names for one storage in one file
+        selected_token_ids=ids.clone(),
+        active_mask=dump.mask,
+        attention_mask=dump.mask,
+        position_ids=torch.arange(t).expand(b, t),
+    )
+
+
 def _score(case: JudgedCase, side: str, identity: Identity, inputs: FrozenInputs) -> SideScore:
+    """A side as dumped. The scorer is the dump: the bytes judged are the bytes digested,
+    read once from one open file (``xconf.judge.formats``), so before and after are one."""
     d = case.dump
-    before = d.sha256
-    after = sha256_path(Path(d.path))  # the file did not change while it was judged
     return SideScore(
-        logprobs=(d.rollout if side == "rollout" else d.training).clone(),
-        scored_token_ids=inputs.token_ids.clone(),
-        scored_selected_ids=inputs.selected_token_ids.clone(),
-        scored_active_mask=inputs.active_mask.clone(),
+        logprobs=d.side(side),
+        scored_token_ids=inputs.token_ids,
+        scored_selected_ids=inputs.selected_token_ids,
+        scored_active_mask=inputs.active_mask,
         evidence=ReadOnlyEvidence(
-            state_digest_before=before,
-            state_digest_after=after,
+            state_digest_before=d.sha256,
+            state_digest_after=d.sha256,
             mode_restored=True,
             used_kv_cache=False,
             generated_tokens=False,
         ),
         identity_digest=identity.digest(),
     )
-
-
-def _inputs(identity: Identity) -> FrozenInputs:
-    from xconf.runner import frozen_inputs
-
-    return frozen_inputs(identity)
 
 
 def _plan_row(index: int, case: JudgedCase) -> dict[str, Any]:
@@ -175,6 +207,7 @@ def judge_cases(
                 "comparison": contract.identity(),
                 "tensors": TENSOR_SCHEMA,
                 "judge": JUDGE_VERSION,
+                "correction": case.correction.to_dict() if case.correction else None,
             }
         )
         reusable = store.find_reusable(case.case_id, key) if resume else None
@@ -182,11 +215,20 @@ def judge_cases(
             doc = read_json(reusable.path / "comparison.json")
             summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
-        inputs = _inputs(identity)
+        inputs = _inputs(case.dump)
         threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
         rollout = _score(case, "rollout", identity, inputs)
         training = _score(case, "training", identity, inputs)
-        outcome = compare(inputs, identity.digest(), rollout, training, threshold, contract)
+        outcome = compare(
+            inputs,
+            identity.digest(),
+            rollout,
+            training,
+            threshold,
+            contract,
+            correction=case.correction,
+        )
+        _figures_in_dumped_dtype(case, outcome.document)
         outcome.document.update(
             case_id=case.case_id,
             rollout_dtype=case.rollout_dtype,
@@ -205,6 +247,20 @@ def judge_cases(
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+def _figures_in_dumped_dtype(case: JudgedCase, document: dict[str, Any]) -> None:
+    """verl computes its figures in the tensors' dtype: a bfloat16 or float16 dump (judged in
+    float32) gets them recomputed from the dumped tensors, as verl would log them."""
+    d = case.dump
+    if (
+        "rollout_correction" not in document
+        or d.rollout.dtype == d.training.dtype == d.verdict_dtype
+    ):
+        return
+    document["rollout_correction"] = rollout_correction(
+        d.rollout, d.training, d.mask, correction=case.correction
+    )
 
 
 def _documents(
@@ -230,8 +286,11 @@ def _documents(
             "dump": {
                 "file": d.path,
                 "sha256": d.sha256,
+                "bytes": d.size,
                 "shape": list(d.rollout.shape),
+                "ragged": d.ragged,
                 "source_dtypes": dict(d.source_dtypes),
+                "verdict_dtype": str(d.verdict_dtype).removeprefix("torch."),
                 "declared": dict(d.declared),
                 "token_ids": d.responses is not None,
             },

@@ -64,7 +64,7 @@ def render_terminal_summary(
 
 
 def _verdict_table(data: ReportData, narrow: bool) -> Any:
-    """The first rows of the verdict table; ``narrow``: short case ids, no approx KL."""
+    """The first rows of the verdict table; ``narrow``: short case ids, no k3_kl."""
     from rich.table import Table
     from rich.text import Text
 
@@ -72,7 +72,7 @@ def _verdict_table(data: ReportData, narrow: bool) -> Any:
     table.add_column("case", no_wrap=True)
     table.add_column("changed", overflow="fold")
     table.add_column("result", no_wrap=True)
-    numbers = ("active", "mism.", "ratio", "max |diff|") + (() if narrow else ("approx KL",))
+    numbers = ("active", "mism.", "ratio", "max |diff|") + (() if narrow else ("k3_kl",))
     for name in numbers:
         table.add_column(name, justify="right", no_wrap=True)
     for case in data.cases[:MAX_ROWS]:

@@ -1,0 +1,151 @@
+"""`xconf judge` at verl scale, side by side with simply loading the dump with safetensors.
+
+    python bench/judge.py                      # 512x2048 and 4096x4096 float32 dumps
+    python bench/judge.py --shape 512x2048     # one shape
+    python bench/judge.py --keep DIR           # keep the dumps and runs under DIR
+
+For each shape a verl-layout dump is written (float32 ``rollout_log_probs`` and
+``old_log_probs``, an int64 ``response_mask`` with ragged lengths, int64 ``responses``),
+then every phase runs in a fresh process of its own, after its imports, so the numbers are
+the phase's and not the interpreter's:
+
+* ``load``: ``safetensors.torch.load`` of the dump's bytes (the reference: every byte read,
+  every tensor built; ``load_file`` alone maps the file and reads nothing);
+* ``judge``: read, digest, check, judge, figures and seal the case (no report);
+* ``report``: ``xconf report`` of the judged run (HTML);
+* ``verify``: ``xconf verify`` of the judged run.
+
+Peak memory is the process's resident high-water mark above its resident size after the
+imports (Linux: ``/proc/self/status`` VmHWM, reset through ``/proc/self/clear_refs``).
+Prints one JSON object per shape with the ratios the goal is stated in: judge wall time over
+load wall time (goal <= 2) and judge peak memory over the dump's tensor bytes (goal <= 3).
+Timings on a shared machine are noisy: compare ratios from one run, not absolute seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PHASE = r"""
+import json, sys, time
+from pathlib import Path
+
+phase, dump, run = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+import torch  # noqa: F401
+from safetensors.torch import load
+from xconf.artifacts.store import ExperimentStore
+from xconf.judge.dumps import Keys, load_dump
+from xconf.judge.seal import judge_cases, resolve_dtypes
+from rich.console import Console
+
+
+def status(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(field)
+
+
+def run_phase():
+    if phase == "load":
+        # read every byte and build every tensor (load_file alone maps the file lazily)
+        tensors = load(dump.read_bytes())
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+    if phase == "judge":
+        case = resolve_dtypes(load_dump(dump.stem, dump, Keys()), None, None, None)
+        store = ExperimentStore(run, "judge")
+        summary = judge_cases(store, [case], resume=False)
+        return summary.records[0].result
+    if phase == "report":
+        from xconf.report.writer import report_after_run
+        report_after_run(run / "judge", Console(file=open("/dev/null", "w")))
+        return "report"
+    if phase == "verify":
+        from xconf.verify import verify_run
+        return verify_run(run / "judge").exit_code
+    raise SystemExit(phase)
+
+
+if phase == "report":
+    import xconf.report.writer  # noqa: F401  (its imports are not the phase's cost)
+if phase == "verify":
+    import xconf.verify  # noqa: F401
+Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark
+baseline = status("VmRSS")
+started = time.perf_counter()
+value = run_phase()
+wall = time.perf_counter() - started
+print(json.dumps({"wall_s": wall, "peak_bytes": status("VmHWM") - baseline, "value": value}))
+"""
+
+
+def make_dump(path: Path, batch: int, length: int) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    rollout = -torch.rand(batch, length, generator=g) * 5
+    training = rollout + torch.randn(batch, length, generator=g) * 3e-6
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
+    mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    ids = torch.randint(0, 50_000, (batch, length), generator=g)
+    tensors = {
+        "rollout_log_probs": rollout,
+        "old_log_probs": training,
+        "response_mask": mask,
+        "responses": ids,
+    }
+    save_file(tensors, str(path), metadata={"dtype": "float32"})
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def phase(name: str, dump: Path, run: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", PHASE, name, str(dump), str(run)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def bench(root: Path, batch: int, length: int) -> dict[str, Any]:
+    dump = root / f"dump_{batch}x{length}.safetensors"
+    run = root / f"run_{batch}x{length}"
+    tensor_bytes = make_dump(dump, batch, length)
+    phase("load", dump, run)  # warm the page cache: every phase reads a cached file
+    phases = {name: phase(name, dump, run) for name in ("load", "judge", "report", "verify")}
+    load, judge = phases["load"], phases["judge"]
+    return {
+        "shape": [batch, length],
+        "tokens": batch * length,
+        "dump_tensor_bytes": tensor_bytes,
+        "phases": phases,
+        "judge_over_load_wall": judge["wall_s"] / load["wall_s"],
+        "judge_peak_over_tensor_bytes": judge["peak_bytes"] / tensor_bytes,
+        "goal": {"wall_ratio": 2.0, "memory_ratio": 3.0},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", action="append", default=None, help="BxT, e.g. 512x2048")
+    parser.add_argument("--keep", type=Path, default=None, help="keep dumps and runs here")
+    args = parser.parse_args()
+    shapes = args.shape or ["512x2048", "4096x4096"]
+    with tempfile.TemporaryDirectory(prefix="xconf-bench-judge-") as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        for shape in shapes:
+            batch, length = (int(x) for x in shape.lower().split("x"))
+            print(json.dumps(bench(root, batch, length), indent=2), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The bytes of one dump, read once from one open file, and the tensors parsed from them.
+
+Judge digests exactly the bytes it parses: the file is opened once, read into memory while
+it is hashed, and every format is parsed from that buffer. A dump replaced (renamed over)
+while judge reads it therefore cannot put one file's digest on another file's verdict.
+
+Formats: safetensors (parsed here, tensors are views of the buffer: no second copy),
+npz without pickle, Parquet and JSON Lines. Parquet and JSONL hold one row per sequence;
+rows of different lengths (ragged) are padded, and the lengths come back beside the values
+so a mask can be built from them. Pickle formats are refused before the file is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xconf.artifacts.layout import UNBOUNDED, open_regular
+from xconf.errors import ArtifactError, XconfError
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
+SUFFIXES = (".safetensors", ".npz", ".parquet", ".jsonl")
+MAX_HEADER = 100 << 20  # a safetensors header (JSON) larger than this is not a dump
+EXPORT_HINT = (
+    "export the tensors once with safetensors instead:\n"
+    "    from safetensors.torch import save_file\n"
+    '    save_file({k: batch[k].contiguous() for k in ("rollout_log_probs", "old_log_probs", '
+    '"response_mask")}, "step.safetensors")'
+)
+# safetensors dtype names; BOOL is read as bytes (0/1 is checked where it matters).
+ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.uint8,
+}
+
+
+class JudgeError(XconfError):
+    """A dump that cannot be judged; nothing is written."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A [B, T] tensor; ``lengths`` [B] when the rows were ragged (padded with zeros)."""
+
+    values: torch.Tensor
+    lengths: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Parsed:
+    sha256: str
+    size: int
+    columns: dict[str, Column]
+    meta: dict[str, str]
+    names: frozenset[str]  # every key the file holds (for messages)
+
+
+Read = tuple[dict[str, Column], dict[str, str], set[str]]
+
+
+def read_once(path: Path) -> tuple[bytearray, str]:
+    """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
+    try:
+        with open_regular(path, UNBOUNDED, follow=True) as fd:
+            size = os.fstat(fd).st_size
+            buffer = bytearray(size)
+            view = memoryview(buffer)
+            digest = hashlib.sha256()
+            done = 0
+            while done < size:
+                got = os.readv(fd, [view[done : done + (64 << 20)]])
+                if got == 0:
+                    raise JudgeError(
+                        "judge.changed", f"{path.name} shrank while it was read", str(path)
+                    )
+                digest.update(view[done : done + got])
+                done += got
+            if os.read(fd, 1):
+                raise JudgeError("judge.changed", f"{path.name} grew while it was read", str(path))
+            return buffer, digest.hexdigest()
+    except FileNotFoundError:
+        raise JudgeError("judge.missing_file", "dump file does not exist", str(path)) from None
+    except ArtifactError as exc:
+        raise JudgeError("judge.unreadable", exc.message, str(path)) from None
+    except OSError as exc:
+        raise JudgeError("judge.unreadable", f"cannot read {path}: {exc}", str(path)) from None
+
+
+def _safetensors(buffer: bytearray, wanted: set[str], where: str) -> Read:
+    if len(buffer) < 8:
+        raise JudgeError("judge.unreadable", "shorter than a safetensors header", where)
+    (length,) = struct.unpack_from("<Q", buffer, 0)
+    if length > min(MAX_HEADER, len(buffer) - 8):
+        raise JudgeError(
+            "judge.unreadable", f"safetensors header length {length} runs past the file", where
+        )
+    try:
+        header = json.loads(bytes(buffer[8 : 8 + length]).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise JudgeError("judge.unreadable", f"safetensors header: {exc}", where) from None
+    if not isinstance(header, dict):
+        raise JudgeError("judge.unreadable", "safetensors header is not an object", where)
+    raw_meta = header.pop("__metadata__", None) or {}
+    meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
+    start, data = 8 + length, len(buffer) - 8 - length
+    columns: dict[str, Column] = {}
+    names = set(header)
+    for name in sorted(names & wanted):
+        columns[name] = Column(_st_tensor(buffer, name, header[name], start, data, where))
+    return columns, meta, names
+
+
+def _ints(value: Any) -> list[int] | None:
+    """``value`` if it is a list of non-negative ints (JSON booleans excluded), else None."""
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None
+    return value
+
+
+def _st_tensor(
+    buffer: bytearray, name: str, info: Any, start: int, data: int, where: str
+) -> torch.Tensor:
+    here = f"{where}:{name}"
+    if not isinstance(info, dict):
+        raise JudgeError("judge.unreadable", f"header entry '{name}' is not an object", here)
+    dtype = ST_DTYPES.get(str(info.get("dtype")))
+    if dtype is None:
+        raise JudgeError(
+            "judge.bad_dtype", f"'{name}' has dtype {info.get('dtype')!r}; not judged", here
+        )
+    shape, offsets = _ints(info.get("shape")), _ints(info.get("data_offsets"))
+    if shape is None or offsets is None or len(offsets) != 2:
+        raise JudgeError("judge.unreadable", f"'{name}' has a malformed shape or offsets", here)
+    begin, end = offsets
+    numel = math.prod(shape)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if not begin <= end <= data or end - begin != numel * itemsize:
+        raise JudgeError(
+            "judge.unreadable",
+            f"'{name}' claims {numel} x {itemsize} bytes at [{begin}, {end}) of a {data}-byte "
+            "data section",
+            here,
+        )
+    if numel == 0:
+        return torch.zeros(shape, dtype=dtype)
+    offset = start + begin
+    if offset % itemsize:  # unaligned: one copy of this tensor only
+        return torch.frombuffer(bytearray(buffer[offset : offset + end - begin]), dtype=dtype).view(
+            shape
+        )
+    return torch.frombuffer(buffer, dtype=dtype, count=numel, offset=offset).view(shape)
+
+
+def _npz(buffer: bytearray, wanted: set[str], where: str) -> Read:
+    import numpy as np
+
+    columns: dict[str, Column] = {}
+    meta: dict[str, str] = {}
+    with np.load(io.BytesIO(buffer), allow_pickle=False) as npz:
+        for key in npz.files:
+            arr = npz[key]
+            if arr.dtype.kind in "US":
+                meta[key] = str(arr.reshape(-1)[0]) if arr.size else ""
+            elif key in wanted:
+                columns[key] = Column(torch.from_numpy(np.ascontiguousarray(arr)))
+        names = set(npz.files)
+    return columns, meta, names
+
+
+def _pad(flat: Any, lengths: Any, name: str, where: str) -> Column:
+    """Rows of ``lengths`` from the 1-D numpy ``flat``, as a zero-padded [B, max] tensor."""
+    import numpy as np
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if flat.dtype.kind not in "fiub":
+        raise JudgeError(
+            "judge.bad_value", f"'{name}' holds {flat.dtype}, not numbers", f"{where}:{name}"
+        )
+    rows, width = len(lengths), int(lengths.max()) if len(lengths) else 0
+    values = torch.from_numpy(np.require(flat, requirements=("C", "W")))
+    if bool((lengths == width).all()):
+        return Column(values.reshape(rows, width))
+    out = torch.zeros((rows, width), dtype=values.dtype)
+    row = torch.repeat_interleave(torch.arange(rows), torch.from_numpy(lengths))
+    starts = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+    col = torch.arange(len(values)) - torch.repeat_interleave(starts, torch.from_numpy(lengths))
+    out[row, col] = values
+    return Column(out, torch.from_numpy(lengths))
+
+
+def _parquet(buffer: bytearray, wanted: set[str], where: str) -> Read:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(pa.BufferReader(memoryview(buffer)))
+    schema = source.schema_arrow
+    strings = [
+        f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    ]
+    lists = [f.name for f in schema if f.name in wanted]
+    table = source.read(columns=sorted(set(strings) | set(lists)))
+    meta = {}
+    for name in strings:
+        first = table.column(name).slice(0, 1).to_pylist()
+        if first and first[0] is not None:
+            meta[name] = str(first[0])
+    columns: dict[str, Column] = {}
+    for name in lists:
+        column = table.column(name).combine_chunks()
+        kind = column.type
+        if not (
+            pa.types.is_list(kind)
+            or pa.types.is_large_list(kind)
+            or pa.types.is_fixed_size_list(kind)
+        ):
+            continue  # scalar columns (uid, step, ...) are not per-token data
+        if column.null_count or column.flatten().null_count:
+            raise JudgeError("judge.bad_value", f"'{name}' has null entries", f"{where}:{name}")
+        if pa.types.is_fixed_size_list(kind):
+            lengths = [kind.list_size] * len(column)
+        else:
+            offsets = column.offsets.to_numpy()
+            lengths = offsets[1:] - offsets[:-1]
+            column = column.flatten()  # honours a sliced array's offsets
+        flat = column.flatten() if pa.types.is_fixed_size_list(kind) else column
+        columns[name] = _pad(flat.to_numpy(zero_copy_only=False), lengths, name, where)
+    return columns, meta, set(schema.names)
+
+
+def _jsonl(buffer: bytearray, wanted: set[str], where: str) -> Read:
+    import numpy as np
+
+    rows: dict[str, list[list[Any]]] = {}
+    meta: dict[str, str] = {}
+    names: set[str] = set()
+    first: frozenset[str] = frozenset()
+    number_of_rows = 0
+    # Split on "\n" only: U+2028 / U+0085 inside a JSON string are not line breaks.
+    for number, line in enumerate(bytes(buffer).split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise JudgeError(
+                "judge.unreadable", f"line {number} is not JSON: {exc}", f"{where}:{number}"
+            ) from None
+        if not isinstance(record, dict):
+            raise JudgeError(
+                "judge.unreadable", f"line {number} is not an object", f"{where}:{number}"
+            )
+        carried = frozenset(wanted & set(record))
+        if number_of_rows and carried != first:
+            raise JudgeError(
+                "judge.bad_value",
+                f"line {number} carries {sorted(carried)}, the first row {sorted(first)}",
+                f"{where}:{number}",
+            )
+        first, number_of_rows = carried, number_of_rows + 1
+        names.update(record)
+        for key, value in record.items():
+            if isinstance(value, str):
+                meta.setdefault(key, value)
+            elif key in wanted:
+                if not isinstance(value, list) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) for v in value
+                ):
+                    raise JudgeError(
+                        "judge.bad_value",
+                        f"line {number}: '{key}' is not a list of numbers",
+                        f"{where}:{key}",
+                    )
+                rows.setdefault(key, []).append(value)
+    columns: dict[str, Column] = {}
+    for key, values in rows.items():
+        # JSON numbers carry no storage dtype: floats are float64, integers int64.
+        floats = any(isinstance(v, float) for row in values for v in row)
+        flat = np.array(
+            [v for row in values for v in row], dtype=np.float64 if floats else np.int64
+        )
+        columns[key] = _pad(flat, [len(row) for row in values], key, where)
+    return columns, meta, names
+
+
+READERS = {".safetensors": _safetensors, ".npz": _npz, ".parquet": _parquet, ".jsonl": _jsonl}
+
+
+def parse_dump(path: Path, wanted: set[str]) -> Parsed:
+    """Read ``path`` once, digest those bytes, parse the ``wanted`` columns from them."""
+    suffix = path.suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        raise JudgeError(
+            "judge.pickle_format",
+            f"{path.name} is a pickle format; xconf never loads pickles. {EXPORT_HINT}",
+            str(path),
+        )
+    if suffix not in READERS:
+        raise JudgeError("judge.format", f"a dump is one of {', '.join(SUFFIXES)}", str(path))
+    buffer, sha256 = read_once(path)
+    try:
+        columns, meta, names = READERS[suffix](buffer, wanted, str(path))
+    except JudgeError:
+        raise
+    except Exception as exc:  # each format's parser raises its own types for a bad file
+        raise JudgeError(
+            "judge.unreadable", f"cannot read {path.name}: {type(exc).__name__}: {exc}", str(path)
+        ) from exc
+    return Parsed(sha256, len(buffer), columns, meta, frozenset(names))
