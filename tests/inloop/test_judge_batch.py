@@ -116,7 +116,7 @@ def test_any_float_dtype_and_the_contract_threshold() -> None:
         ({"response_mask": torch.full((6, 16), 2)}, "inloop.bad_mask"),
         ({"rollout_log_probs": torch.zeros((6, 16), dtype=torch.int64)}, "inloop.not_float"),
         ({"rollout_log_probs": torch.zeros((2, 6, 16))}, "inloop.bad_shape"),
-        ({"dtype": "fp8"}, "inloop.unknown_dtype"),
+        ({"dtype": "fp8"}, "judge.unknown_dtype"),
         ({"correction": "rollout_is=tokens"}, "judge.bad_correction"),
     ],
 )

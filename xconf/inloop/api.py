@@ -116,19 +116,6 @@ def check_tensors(
     return rollout, training, mask.bool()
 
 
-def _check_dtypes(rollout_dtype: str, training_dtype: str) -> None:
-    from xconf.contract.loader import load_contract
-
-    contract = load_contract()
-    for side, value in (("rollout_dtype", rollout_dtype), ("training_dtype", training_dtype)):
-        if value not in contract.thresholds:
-            raise InloopError(
-                "inloop.unknown_dtype",
-                f"{side} {value!r}; the contract knows {sorted(contract.thresholds)}",
-                side,
-            )
-
-
 def _at(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     node: Any = document
     for key in path:
@@ -173,9 +160,10 @@ def in_memory_case(
     training_dtype: str,
     correction: Correction | None = None,
 ) -> Any:
-    """Checked tensors as judge's case record: a dump that is not a file."""
+    """Checked tensors as judge's case record (a dump that is not a file), the dtypes
+    checked by judge (``judge.unknown_dtype``)."""
     from xconf.judge.dumps import Dump, Keys
-    from xconf.judge.seal import JudgedCase
+    from xconf.judge.seal import resolve_dtypes
 
     dump = Dump(
         name="inloop",
@@ -194,7 +182,7 @@ def in_memory_case(
         keys=Keys(),
         ragged=False,
     )
-    return JudgedCase(dump, rollout_dtype, training_dtype, correction)
+    return resolve_dtypes(dump, None, rollout_dtype, training_dtype, correction)
 
 
 def judge_batch(
@@ -211,14 +199,14 @@ def judge_batch(
     ``rollout_dtype`` / ``training_dtype``: the dtypes the two engines computed in (they
     pick the threshold; the tensors' own dtype may differ, e.g. float32 copies of bfloat16
     scores). ``correction``: verl's IS/RS settings (``xconf.rollout_correction.Correction``)
-    for its importance-weight figures. Bad tensors raise :class:`InloopError`, bad IS/RS
-    settings ``CorrectionError``, both coded; the verdict itself never raises: non-finite
-    active scores are ``invalid_artifact``, an empty mask ``zero_active_tokens``.
+    for its importance-weight figures. Bad tensors raise :class:`InloopError`, a dtype the
+    contract does not know ``JudgeError``, bad IS/RS settings ``CorrectionError``, all
+    coded; the verdict itself never raises: non-finite active scores are
+    ``invalid_artifact``, an empty mask ``zero_active_tokens``.
     """
     from xconf.judge.seal import verdict
 
     rollout, training, mask = check_tensors(rollout_log_probs, old_log_probs, response_mask)
-    _check_dtypes(rollout_dtype, training_dtype)
     if correction is not None:  # checked now: inside the verdict a bad one would only be noted
         from xconf.rollout_correction import check_correction
 
