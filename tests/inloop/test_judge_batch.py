@@ -33,26 +33,41 @@ def _same(a: dict[str, float], b: dict[str, float]) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("drift", "dtypes", "result"),
+    ("drift", "dtypes", "stored", "is_flags", "result"),
     [
-        (1e-3, ("float32", "float32"), "fail"),
-        (1e-3, ("bfloat16", "float32"), "pass"),
-        (0.0, ("float32", "float32"), "pass"),
+        (1e-3, ("float32", "float32"), torch.float32, [], "fail"),
+        (1e-3, ("bfloat16", "float32"), torch.float32, [], "pass"),
+        (0.0, ("float32", "float32"), torch.float32, [], "pass"),
+        # bfloat16 tensors: judged in float32, verl's figures in bfloat16 (as verl logs them)
+        (1e-2, ("bfloat16", "bfloat16"), torch.bfloat16, [], "pass"),
+        (1e-3, ("float32", "float32"), torch.float64, ["--rollout-is", "token"], "fail"),
     ],
 )
 def test_figures_equal_judges_on_the_same_tensors(
-    xconf_cli: Any, tmp_path: Path, drift: float, dtypes: tuple[str, str], result: str
+    xconf_cli: Any,
+    tmp_path: Path,
+    drift: float,
+    dtypes: tuple[str, str],
+    stored: torch.dtype,
+    is_flags: list[str],
+    result: str,
 ) -> None:
-    tensors = _step(drift)
+    from xconf.rollout_correction import Correction
+
+    tensors = {k: v.to(stored) if v.is_floating_point() else v for k, v in _step(drift).items()}
+    correction = Correction(rollout_is="token") if is_flags else None
     verdict = xconf.judge_batch(
-        *tensors.values(), rollout_dtype=dtypes[0], training_dtype=dtypes[1]
+        *tensors.values(),
+        rollout_dtype=dtypes[0],
+        training_dtype=dtypes[1],
+        correction=correction,
     )
     assert verdict.result == result and verdict.passed == (result == "pass")
     dump = tmp_path / "step.safetensors"
     save_file(tensors, str(dump))
     code, _, err = xconf_cli(
         "judge", dump, "--rollout-dtype", dtypes[0], "--training-dtype", dtypes[1],
-        "--output-root", tmp_path / "out",
+        *is_flags, "--output-root", tmp_path / "out",
     )  # fmt: skip
     assert code == (0 if result == "pass" else 1), err
     (attempt,) = (tmp_path / "out" / "judge" / "cases" / "step").iterdir()
@@ -61,6 +76,8 @@ def test_figures_equal_judges_on_the_same_tensors(
     assert _same(figures(judged), verdict.figures), (figures(judged), verdict.figures)
     assert verdict.figures["xconf/active_tokens"] == 6 * 16 - 7 - 16
     assert "xconf/rollout_corr/k3_kl" in verdict.figures
+    assert "xconf/training/rollout_probs_diff_max" in verdict.figures  # probability space
+    assert ("xconf/rollout_corr/rollout_is_mean" in verdict.figures) == bool(is_flags)
     assert all(k.startswith("xconf/") for k in verdict.figures)
 
 
@@ -99,14 +116,24 @@ def test_any_float_dtype_and_the_contract_threshold() -> None:
         ({"response_mask": torch.full((6, 16), 2)}, "inloop.bad_mask"),
         ({"rollout_log_probs": torch.zeros((6, 16), dtype=torch.int64)}, "inloop.not_float"),
         ({"rollout_log_probs": torch.zeros((2, 6, 16))}, "inloop.bad_shape"),
-        ({"dtype": "fp8"}, "inloop.unknown_dtype"),
+        ({"dtype": "fp8"}, "judge.unknown_dtype"),
+        ({"correction": "rollout_is=tokens"}, "judge.bad_correction"),
     ],
 )
 def test_bad_tensors_are_coded_errors(change: dict[str, Any], code: str) -> None:
+    from xconf.errors import XconfError
+    from xconf.rollout_correction import Correction
+
     tensors: dict[str, Any] = {**_step(0.0), **change}
     dtype = tensors.pop("dtype", "float32")
-    with pytest.raises(InloopError) as info:
-        xconf.judge_batch(*tensors.values(), rollout_dtype=dtype, training_dtype="float32")
+    correction = Correction(rollout_is="tokens") if tensors.pop("correction", None) else None
+    with pytest.raises(XconfError) as info:
+        xconf.judge_batch(
+            *tensors.values(),
+            rollout_dtype=dtype,
+            training_dtype="float32",
+            correction=correction,
+        )
     assert info.value.code == code
 
 
@@ -117,7 +144,7 @@ def test_step_judge_seals_failing_and_every_nth_step(xconf_cli: Any, tmp_path: P
     prompts = torch.arange(6 * 3).reshape(6, 3) + 5
     responses = torch.arange(6 * 16).reshape(6, 16) + 100
     attention = torch.cat([torch.ones((6, 3)), _step(0.0)["response_mask"]], dim=1).long()
-    tokens = {
+    tokens: dict[str, Any] = {
         "input_ids": torch.cat([prompts, responses], dim=1),
         "responses": responses,
         "attention_mask": attention,

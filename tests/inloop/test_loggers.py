@@ -42,6 +42,7 @@ def test_tensorboard_event_file(tmp_path: Path) -> None:
         assert _equal(scalars[(name, 7)], float(torch.tensor(value, dtype=torch.float32))), name
 
 
+@pytest.mark.slow
 def test_mlflow_local_file_store(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 

@@ -160,24 +160,23 @@ def read_batch(
     recipe: DumpRecipe, vocab_size: int, max_model_len: int, eos_token_id: int
 ) -> FrozenBatch:
     """The dump's rows as frozen samples, every check done; nothing is written."""
-    from xconf.judge.dumps import JudgeError, _read, sha256_path
+    from xconf.judge.formats import JudgeError, parse_dump
 
     path = Path(recipe.path)
     where = str(path)
-    try:
-        if sha256_path(path) != recipe.sha256:
-            raise _fail(
-                "dump_changed",
-                f"the dump changed since the experiment was planned (sha256:"
-                f"{recipe.sha256[:12]}…); plan it again",
-                where,
-            )
-        tensors, _meta = _read(path)
-    except JudgeError as exc:  # judge's reader names the file and the problem
-        raise _fail("dump_unreadable", exc.message, exc.path or where) from exc
-    except OSError as exc:
-        raise _fail("dump_unreadable", str(exc), where) from exc
     keys = recipe.keys
+    try:  # judge's reader: one read, the digest of exactly the bytes parsed
+        parsed = parse_dump(path, set(keys.values()))
+    except JudgeError as exc:  # it names the file and the problem
+        raise _fail("dump_unreadable", exc.message, exc.path or where) from exc
+    if parsed.sha256 != recipe.sha256:
+        raise _fail(
+            "dump_changed",
+            f"the dump changed since the experiment was planned (sha256:"
+            f"{recipe.sha256[:12]}…); plan it again",
+            where,
+        )
+    tensors = {name: column.values for name, column in parsed.columns.items()}
     input_ids, width = _ids(tensors, keys, where)
     shape = (int(input_ids.shape[0]), int(input_ids.shape[1]))
     prompt_width = shape[1] - width
@@ -318,27 +317,14 @@ def freeze_dump(
     )
 
 
-def _key_names(path: Path) -> set[str]:
-    """The names a dump holds, from its header alone (no tensor is read)."""
-    suffix = path.suffix.lower()
+def _key_names(path: Path) -> frozenset[str]:
+    """The names a dump holds, as judge's reader lists them (nothing when it cannot)."""
+    from xconf.judge.formats import JudgeError, parse_dump
+
     try:
-        if suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt") as fh:
-                return set(fh.keys())
-        if suffix == ".npz":
-            import numpy as np
-
-            with np.load(str(path), allow_pickle=False) as npz:
-                return set(npz.files)
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return set(pq.read_schema(str(path)).names)
-    except Exception:  # a hint must never break a verdict that is already sealed
-        return set()
-    return set()
+        return parse_dump(path, set()).names
+    except JudgeError:  # a hint must never break a verdict that is already sealed
+        return frozenset()
 
 
 def replay_command(path: str, experiment: str = "s2_cpu", runtime: str = "vllm_hf") -> str | None:

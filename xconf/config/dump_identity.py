@@ -73,7 +73,7 @@ def dump_recipe(dump: Any, dump_keys: Any, recipe: Mapping[str, Any]) -> dict[st
     if not path.is_file():
         raise ConfigError("identity.dump_missing", f"dump file {path} does not exist", str(path))
     try:
-        # The same digest as judge's (xconf/judge/dumps.py sha256_path): links followed.
+        # The same digest as judge's (xconf/judge/formats.py read_once): the whole file's.
         digest = sha256_file(path, limit=UNBOUNDED, follow=True)
     except (ArtifactError, OSError) as exc:
         raise ConfigError("identity.dump_unreadable", str(exc), str(path)) from exc

@@ -17,8 +17,10 @@ The figures are the comparison document's own numbers (judge writes the same doc
 ``comparison.json``), under stable ``xconf/...`` names (:data:`CORE_FIGURES`, plus verl's
 rollout-correction figures as ``xconf/<verl name>``); none of them votes.
 
-Tensors may live on any device and in any float dtype: they are detached and copied to the
-CPU once. The two sides are judged in their common dtype (as judge judges a dump).
+The tensors go through judge's own verdict (:func:`xconf.judge.seal.verdict`) as an
+in-memory dump: judged in float64 when a side is float64, else float32; verl's figures in
+the tensors' own dtype, as verl computes them. Tensors may live on any device: they are
+detached and copied to the CPU once.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from xconf.errors import XconfError
+
+if TYPE_CHECKING:
+    from xconf.rollout_correction import Correction
 
 PREFIX = "xconf/"
 # Stable figure names -> where the comparison document holds them.
@@ -46,10 +51,11 @@ CORE_FIGURES: dict[str, tuple[str, ...]] = {
     "abs_diff_max": ("diff", "max"),
 }
 # verl's figures inside the document's rollout_correction section, and their logged prefix.
+# (``probability`` holds verl's full names, ``training/rollout_probs_diff_*``.)
 VERL_SECTIONS = (("metrics", "rollout_corr/"), ("weights", "rollout_corr/"), ("probability", ""))
-# The in-loop caller's tensors are its own: no scorer ran, so the read-only evidence is the
-# same recorded fact on both sides (as judge records a dump's digest before and after).
-_EVIDENCE = "in-loop: tensors given by the caller"
+# The in-loop caller's tensors are its own: there is no file, so the dump's "digest" (judge's
+# read-only evidence, the same before and after) is this recorded fact.
+IN_LOOP = "in-loop: tensors given by the caller"
 
 
 class InloopError(XconfError):
@@ -89,7 +95,9 @@ def _tensor(value: Any, name: str) -> torch.Tensor:
 def check_tensors(
     rollout_log_probs: Any, old_log_probs: Any, response_mask: Any
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """CPU [B, T] tensors: both sides in their common float dtype, the mask as bool."""
+    """CPU [B, T] tensors: the logprobs in their own float dtype, the mask as bool."""
+    from xconf.judge.dumps import FLOATS
+
     rollout = _tensor(rollout_log_probs, "rollout_log_probs")
     training = _tensor(old_log_probs, "old_log_probs")
     mask = _tensor(response_mask, "response_mask")
@@ -101,26 +109,11 @@ def check_tensors(
                 name,
             )
     for name, t in (("rollout_log_probs", rollout), ("old_log_probs", training)):
-        if not t.is_floating_point():
+        if t.dtype not in FLOATS:
             raise InloopError("inloop.not_float", f"{name} holds {t.dtype}, not logprobs", name)
-    if bool(((mask != 0) & (mask != 1)).any()):
+    if mask.is_complex() or bool(((mask != 0) & (mask != 1)).any()):
         raise InloopError("inloop.bad_mask", "mask entries must be 0 or 1", "response_mask")
-    common = torch.promote_types(rollout.dtype, training.dtype)
-    return rollout.to(common), training.to(common), mask.bool()
-
-
-def _threshold(rollout_dtype: str, training_dtype: str) -> Any:
-    from xconf.contract.loader import load_contract
-
-    contract = load_contract()
-    for side, value in (("rollout_dtype", rollout_dtype), ("training_dtype", training_dtype)):
-        if value not in contract.thresholds:
-            raise InloopError(
-                "inloop.unknown_dtype",
-                f"{side} {value!r}; the contract knows {sorted(contract.thresholds)}",
-                side,
-            )
-    return contract, contract.threshold_for(rollout_dtype, training_dtype)
+    return rollout, training, mask.bool()
 
 
 def _at(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -159,6 +152,39 @@ def figures(document: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def in_memory_case(
+    rollout: torch.Tensor,
+    training: torch.Tensor,
+    mask: torch.Tensor,
+    rollout_dtype: str,
+    training_dtype: str,
+    correction: Correction | None = None,
+) -> Any:
+    """Checked tensors as judge's case record (a dump that is not a file), the dtypes
+    checked by judge (``judge.unknown_dtype``)."""
+    from xconf.judge.dumps import Dump, Keys
+    from xconf.judge.seal import resolve_dtypes
+
+    dump = Dump(
+        name="inloop",
+        path=IN_LOOP,
+        sha256=IN_LOOP,
+        size=0,
+        rollout=rollout,
+        training=training,
+        mask=mask,
+        responses=None,
+        source_dtypes=(
+            ("rollout", str(rollout.dtype).removeprefix("torch.")),
+            ("training", str(training.dtype).removeprefix("torch.")),
+        ),
+        declared=(),
+        keys=Keys(),
+        ragged=False,
+    )
+    return resolve_dtypes(dump, None, rollout_dtype, training_dtype, correction)
+
+
 def judge_batch(
     rollout_log_probs: Any,
     old_log_probs: Any,
@@ -166,25 +192,26 @@ def judge_batch(
     *,
     rollout_dtype: str,
     training_dtype: str,
+    correction: Correction | None = None,
 ) -> BatchVerdict:
     """Judge one step's [B, T] logprobs by the contract's threshold for the two dtypes.
 
     ``rollout_dtype`` / ``training_dtype``: the dtypes the two engines computed in (they
     pick the threshold; the tensors' own dtype may differ, e.g. float32 copies of bfloat16
-    scores). Bad tensors raise :class:`InloopError` (coded); the verdict itself never
-    raises: non-finite active scores are ``invalid_artifact``, an empty mask
-    ``zero_active_tokens``.
+    scores). ``correction``: verl's IS/RS settings (``xconf.rollout_correction.Correction``)
+    for its importance-weight figures. Bad tensors raise :class:`InloopError`, a dtype the
+    contract does not know ``JudgeError``, bad IS/RS settings ``CorrectionError``, all
+    coded; the verdict itself never raises: non-finite active scores are
+    ``invalid_artifact``, an empty mask ``zero_active_tokens``.
     """
-    from xconf.comparison import compare
-    from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
+    from xconf.judge.seal import verdict
 
     rollout, training, mask = check_tensors(rollout_log_probs, old_log_probs, response_mask)
-    contract, threshold = _threshold(rollout_dtype, training_dtype)
-    ids = torch.zeros(mask.shape, dtype=torch.int64)  # no token ids: the caller's rows
-    inputs = FrozenInputs(ids, ids, mask, mask, ids)
-    evidence = ReadOnlyEvidence(_EVIDENCE, _EVIDENCE, True, False, False)
-    sides = [SideScore(lp, ids, ids, mask, evidence, _EVIDENCE) for lp in (rollout, training)]
-    outcome = compare(inputs, _EVIDENCE, sides[0], sides[1], threshold, contract)
+    if correction is not None:  # checked now: inside the verdict a bad one would only be noted
+        from xconf.rollout_correction import check_correction
+
+        check_correction(correction)  # a coded CorrectionError, as judge raises it
+    case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
+    _, _, outcome = verdict(case)
     document = dict(outcome.document)
-    document.update(rollout_dtype=rollout_dtype, training_dtype=training_dtype)
     return BatchVerdict(outcome.result, figures(document), document)

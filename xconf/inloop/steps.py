@@ -22,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from xconf.inloop.api import BatchVerdict, InloopError, check_tensors, judge_batch
+
+if TYPE_CHECKING:
+    from xconf.rollout_correction import Correction
 
 # verl's batch keys: judge and identity=from_dump read them without renames.
 TOKEN_KEYS = ("input_ids", "prompts", "responses", "attention_mask", "position_ids")
@@ -68,6 +71,7 @@ def seal_step(
     *,
     rollout_dtype: str,
     training_dtype: str,
+    correction: Correction | None = None,
     **tokens: Any,
 ) -> Path:
     """Write the step's dump and judge it as ``xconf judge`` does; returns the experiment dir."""
@@ -86,9 +90,8 @@ def seal_step(
     data = _dump_bytes(rollout, training, mask, tokens, rollout_dtype, training_dtype)
     dumps = ensure_real_dir(Path(root), f"{run}-dumps")
     publish_bytes(dumps, f"{name}.safetensors", data)
-    case = resolve_dtypes(
-        load_dump(name, dumps / f"{name}.safetensors", Keys()), None, rollout_dtype, training_dtype
-    )
+    dump = load_dump(name, dumps / f"{name}.safetensors", Keys())
+    case = resolve_dtypes(dump, None, rollout_dtype, training_dtype, correction)
     store = ExperimentStore(root, f"{run}-{name}")
     judge_cases(store, [case])
     return store.path
@@ -121,6 +124,7 @@ class StepJudge:
         *,
         rollout_dtype: str,
         training_dtype: str,
+        correction: Correction | None = None,
         **tokens: Any,
     ) -> BatchVerdict:
         verdict = judge_batch(
@@ -129,6 +133,7 @@ class StepJudge:
             response_mask,
             rollout_dtype=rollout_dtype,
             training_dtype=training_dtype,
+            correction=correction,
         )
         due = self.every > 0 and step % self.every == 0
         if due or (self.on_failure and not verdict.passed):
@@ -141,6 +146,7 @@ class StepJudge:
                 response_mask,
                 rollout_dtype=rollout_dtype,
                 training_dtype=training_dtype,
+                correction=correction,
                 **tokens,
             )
             verdict = replace(verdict, dump=str(sealed))

@@ -21,7 +21,7 @@ from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
 from xconf.case_documents import TENSOR_SCHEMA, score_tensors
 from xconf.case_record import CaseRecord, RunSummary
-from xconf.comparison import compare
+from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError
@@ -215,25 +215,7 @@ def judge_cases(
             doc = read_json(reusable.path / "comparison.json")
             summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
-        inputs = _inputs(case.dump)
-        threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
-        rollout = _score(case, "rollout", identity, inputs)
-        training = _score(case, "training", identity, inputs)
-        outcome = compare(
-            inputs,
-            identity.digest(),
-            rollout,
-            training,
-            threshold,
-            contract,
-            correction=case.correction,
-        )
-        _figures_in_dumped_dtype(case, outcome.document)
-        outcome.document.update(
-            case_id=case.case_id,
-            rollout_dtype=case.rollout_dtype,
-            training_dtype=case.training_dtype,
-        )
+        rollout, training, outcome = verdict(case, identity)
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {
@@ -247,6 +229,35 @@ def judge_cases(
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+def verdict(
+    case: JudgedCase, identity: Identity | None = None
+) -> tuple[SideScore, SideScore, ComparisonOutcome]:
+    """One dump's verdict and figures, written nowhere: ``judge_cases`` seals it, and
+    ``xconf.judge_batch`` (inside a training loop) returns it."""
+    contract = load_contract()
+    identity = identity if identity is not None else _identity(case)
+    inputs = _inputs(case.dump)
+    threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
+    rollout = _score(case, "rollout", identity, inputs)
+    training = _score(case, "training", identity, inputs)
+    outcome = compare(
+        inputs,
+        identity.digest(),
+        rollout,
+        training,
+        threshold,
+        contract,
+        correction=case.correction,
+    )
+    _figures_in_dumped_dtype(case, outcome.document)
+    outcome.document.update(
+        case_id=case.case_id,
+        rollout_dtype=case.rollout_dtype,
+        training_dtype=case.training_dtype,
+    )
+    return rollout, training, outcome
 
 
 def _figures_in_dumped_dtype(case: JudgedCase, document: dict[str, Any]) -> None:
