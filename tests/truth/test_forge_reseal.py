@@ -135,3 +135,40 @@ def test_a_forged_fallback_with_a_recomputed_key_breaks_the_strict_rule(sealed, 
     again = run_doc(copy.deepcopy(doc), tmp_path)
     assert not again.records[0].reused
     assert again.records[0].result == "pass"  # rescored honestly
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("score_training.safetensors", "score_training.safetensors active_mask differs"),
+        ("score_rollout.safetensors", "active_mask has not the identity's 7 active tokens"),
+    ],
+)
+def test_a_resealed_judged_mask_is_named_by_verify(
+    xconf_cli: Callable[..., tuple[int, str, str]], tmp_path: Path, name: str, said: str
+) -> None:
+    # A judged dump keeps its token table in score_rollout.safetensors, not in identity.json:
+    # a mask edited in either score file and resealed is still named, offline.
+    import torch
+    from safetensors.torch import save_file
+
+    rollout = -torch.rand(2, 4) - 0.1
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    dump = tmp_path / "step.safetensors"
+    save_file(
+        {"rollout_log_probs": rollout, "old_log_probs": rollout.clone(), "response_mask": mask},
+        str(dump),
+    )
+    out = tmp_path / "out"
+    code, _, err = xconf_cli("judge", str(dump), "--dtype", "float32", "--output-root", str(out))
+    assert code == 0, err
+    run = out / "judge"
+    assert verify_run(run).exit_code == 0
+    (attempt,) = [a for c in (run / "cases").iterdir() for a in c.iterdir()]
+    tensors = load_file(str(attempt / name))
+    forged = tensors["active_mask"].clone()
+    forged[0, 0] = 0
+    tensors["active_mask"] = forged
+    _reseal(attempt, name, save(tensors, metadata={"case_id": "x", "attempt_id": attempt.name}))
+    damaged = [f for f in verify_run(run).findings if f.status == "damaged"]
+    assert damaged and said in (damaged[0].reason or ""), damaged

@@ -22,6 +22,7 @@ Each problem names the record and the field; none is ever a reason to trust the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,26 @@ def strict_problems(docs: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _declared_token_payload(identity: Mapping[str, Any]) -> tuple[str, list[int], int] | None:
+    """(file, shape, active tokens) when identity.json keeps no token table of its own and its
+    recipe names the score file that holds it (``xconf judge``), else None."""
+    if any(identity.get(name) for name in ID_FIELDS):
+        return None
+    try:
+        recipe = identity.get("recipe") or {}
+        if isinstance(recipe, str):
+            recipe = json.loads(recipe)
+        declared = recipe["token_payload"]
+        file, shape, active = declared["file"], recipe["shape"], recipe["active_tokens"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if file not in SCORE_FILES.values() or not isinstance(active, int):
+        return None
+    if not (isinstance(shape, list) and all(isinstance(n, int) for n in shape)):
+        return None
+    return file, shape, active
+
+
 def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
     """The stored token fields must be identity.json's own (never only a scorer's echo)."""
     import torch
@@ -167,7 +188,23 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
 
     problems = []
     expected = {}
-    for name in ID_FIELDS:
+    payload = _declared_token_payload(identity)
+    if payload is not None:
+        # A judged dump's identity names its tokens by the dump's digest and keeps them in
+        # one score file (per-token JSON does not scale); every other file must agree with
+        # that file, and it with the shape and active count the identity records.
+        file, shape, active = payload
+        held = read_tensors(path / file)
+        if not held:
+            return [f"{file} holds no token table (identity.json names it)"]
+        for name in ID_FIELDS:
+            table = held.get(name)
+            if table is None or list(table.shape) != shape:
+                return [f"{file} {name} is not of the identity's shape {shape}"]
+            expected[name] = table.to(torch.int64)
+        if int(expected["active_mask"].sum()) != active:
+            return [f"{file} active_mask has not the identity's {active} active tokens"]
+    for name in ID_FIELDS if payload is None else ():
         try:
             expected[name] = torch.tensor(identity[name], dtype=torch.int64)
         except (KeyError, TypeError, ValueError, RuntimeError):
