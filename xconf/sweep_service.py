@@ -42,7 +42,8 @@ def _record(job: Any, ret: JobReturn) -> Any:
 
     if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
         values = {k: v for k, v in ret.return_value.items() if k in CaseRecord.__dataclass_fields__}
-        return CaseRecord(**{**values, "label": job.label})
+        confounded = tuple(values.pop("confounded", ()))  # a list once it crossed as JSON
+        return CaseRecord(**{**values, "confounded": confounded, "label": job.label})
     reason = (
         _failure(ret._return_value)
         if ret.status == JobStatus.FAILED
@@ -128,8 +129,11 @@ def run_case(spec: Any, runtime: Any, options: RunOptions) -> dict[str, Any]:
     summary = outcome.summary
     if summary is None:  # session.run always returns its summary; a type guard only
         raise RuntimeError("a sweep job ended without a summary")
+    record = asdict(summary.records[0])
+    # A launcher's rank hands this back as JSON, which has no tuple.
+    record["confounded"] = list(record["confounded"])
     return {
-        **asdict(summary.records[0]),
+        **record,
         "engines_built": summary.engines_built,
         "engines_reused": summary.engines_reused,
     }
