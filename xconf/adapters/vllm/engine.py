@@ -181,6 +181,20 @@ def _configure_env(cfg: RolloutEngineConfig) -> None:
             )
 
 
+def _destroy_vllm_distributed() -> None:
+    """End the model-parallel groups and the process group an in-process engine started."""
+    try:
+        from vllm.distributed.parallel_state import (
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:
+        pass
+
+
 class VllmRolloutEngine:
     """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
 
@@ -240,6 +254,10 @@ class VllmRolloutEngine:
         except XconfError:
             raise  # a case deadline, already coded
         except Exception as exc:  # pydantic, ValueError, AssertionError, RuntimeError...
+            if cfg.in_process and self._owns_process_group:
+                # A build that failed half-way may have started torch.distributed: left up,
+                # the next engine in this process would take it for a launcher's group.
+                _destroy_vllm_distributed()
             raise load_failure("vLLM", exc, cfg.model_path) from exc
         self._closed = False
         _LIVE.add(self)
@@ -346,16 +364,7 @@ class VllmRolloutEngine:
         if not self.cfg.in_process:
             gc.collect()
             return
-        try:
-            from vllm.distributed.parallel_state import (
-                destroy_distributed_environment,
-                destroy_model_parallel,
-            )
-
-            destroy_model_parallel()
-            destroy_distributed_environment()
-        except Exception:
-            pass
+        _destroy_vllm_distributed()
         gc.collect()
 
     def __enter__(self) -> VllmRolloutEngine:
