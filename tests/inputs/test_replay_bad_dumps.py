@@ -60,6 +60,8 @@ def _frozen(path: Path, checkpoint: Path | None = None, **keys: str) -> Any:
         "tokenizer_id": "t",
         "tokenizer_policy": "p",
         "pre_update_state": "s",
+        "cache_metadata": {},
+        "packing_metadata": {},
         "dump": str(path),
         "dump_keys": keys or None,
     }
@@ -136,6 +138,7 @@ def test_the_dump_digest_is_in_the_planned_identity(tmp_path: Path) -> None:
     path = _save(tmp_path / "step.safetensors", _batch())
     node = {k: "x" for k in ("checkpoint_id", "model_version", "tokenizer_id")}
     node |= {"tokenizer_policy": "p", "pre_update_state": "s", "dump": str(path)}
+    node |= {"cache_metadata": {}, "packing_metadata": {}}
     planned = parse_identity(node)
     responses = _batch()["responses"].clone()
     responses[0, 0] = 7
