@@ -136,7 +136,7 @@ def test_the_dump_digest_is_in_the_planned_identity(tmp_path: Path) -> None:
     from xconf.errors import ConfigError
 
     path = _save(tmp_path / "step.safetensors", _batch())
-    node = {k: "x" for k in ("checkpoint_id", "model_version", "tokenizer_id")}
+    node: dict[str, Any] = {k: "x" for k in ("checkpoint_id", "model_version", "tokenizer_id")}
     node |= {"tokenizer_policy": "p", "pre_update_state": "s", "dump": str(path)}
     node |= {"cache_metadata": {}, "packing_metadata": {}}
     planned = parse_identity(node)
