@@ -164,14 +164,8 @@ def _class_init(module: str, name: str, depth: int = 0) -> ast.FunctionDef | Non
     return None
 
 
-def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
-    """``mode=plan``: the runtime's options checked against its constructor as its source
-    declares it, without importing the adapter (a plan never imports torch or an engine).
-
-    A constructor the source does not show (built elsewhere, ``**kwargs``) is checked when a
-    run instantiates the runtime (:func:`instantiate_runtime`); a ``**unknown`` parameter is
-    the adapter's refusal of every other keyword, so the declared ones are all it takes.
-    """
+def _plain_with_target(config: Mapping[str, Any] | DictConfig) -> tuple[dict[Any, Any], str]:
+    """The runtime config as a plain mapping, and the ``_target_`` it must name."""
     plain = (
         OmegaConf.to_container(config, resolve=True)
         if isinstance(config, DictConfig)
@@ -184,6 +178,18 @@ def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
     target = plain.get("_target_")
     if not isinstance(target, str) or not target.strip():
         raise ConfigError("runtime.no_target", "the runtime config names no _target_", "runtime")
+    return plain, target
+
+
+def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
+    """``mode=plan``: the runtime's options checked against its constructor as its source
+    declares it, without importing the adapter (a plan never imports torch or an engine).
+
+    A constructor the source does not show (built elsewhere, ``**kwargs``) is checked when a
+    run instantiates the runtime (:func:`instantiate_runtime`); a ``**unknown`` parameter is
+    the adapter's refusal of every other keyword, so the declared ones are all it takes.
+    """
+    plain, target = _plain_with_target(config)
     module, _, name = target.partition(":") if ":" in target else target.rpartition(".")
     init = _class_init(module, name)
     # ``**unknown`` is the adapters' spelling of "every other keyword is refused" (they raise
@@ -202,18 +208,7 @@ def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
     from hydra.errors import InstantiationException
     from hydra.utils import get_object, instantiate
 
-    plain = (
-        OmegaConf.to_container(config, resolve=True)
-        if isinstance(config, DictConfig)
-        else dict(config)
-    )
-    if not isinstance(plain, dict):
-        raise ConfigError(
-            "runtime.not_a_mapping", "the runtime config must be a mapping", "runtime"
-        )
-    target = plain.get("_target_")
-    if not isinstance(target, str) or not target.strip():
-        raise ConfigError("runtime.no_target", "the runtime config names no _target_", "runtime")
+    plain, target = _plain_with_target(config)
     options = {str(k): v for k, v in plain.items() if k not in NON_OPTION_KEYS}
     try:
         factory = get_object(hydra_target(target))

@@ -189,28 +189,32 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
     problems = []
     expected = {}
     payload = _declared_token_payload(identity)
+    reference = None  # the score file the others are checked against, when it is not JSON
     if payload is not None:
         # A judged dump's identity names its tokens by the dump's digest and keeps them in
         # one score file (per-token JSON does not scale); every other file must agree with
         # that file, and it with the shape and active count the identity records.
-        file, shape, active = payload
-        held = read_tensors(path / file)
+        reference, shape, active = payload
+        held = read_tensors(path / reference)
         if not held:
-            return [f"{file} holds no token table (identity.json names it)"]
+            return [f"{reference} holds no token table (identity.json names it)"]
         for name in ID_FIELDS:
             table = held.get(name)
             if table is None or list(table.shape) != shape:
-                return [f"{file} {name} is not of the identity's shape {shape}"]
+                return [f"{reference} {name} is not of the identity's shape {shape}"]
             expected[name] = table.to(torch.int64)
         if int(expected["active_mask"].sum()) != active:
-            return [f"{file} active_mask has not the identity's {active} active tokens"]
-    for name in ID_FIELDS if payload is None else ():
-        try:
-            expected[name] = torch.tensor(identity[name], dtype=torch.int64)
-        except (KeyError, TypeError, ValueError, RuntimeError):
-            return [f"identity.json {name} is not a token table"]
-    files = {**{side: name for side, name in SCORE_FILES.items()}, "diffs": TOKEN_DIFFS_NAME}
+            return [f"{reference} active_mask has not the identity's {active} active tokens"]
+    else:
+        for name in ID_FIELDS:
+            try:
+                expected[name] = torch.tensor(identity[name], dtype=torch.int64)
+            except (KeyError, TypeError, ValueError, RuntimeError):
+                return [f"identity.json {name} is not a token table"]
+    files = {**SCORE_FILES, "diffs": TOKEN_DIFFS_NAME}
     for label, name in files.items():
+        if name == reference:
+            continue  # read once above: it is what the others are compared with
         tensors = read_tensors(path / name)
         if not tensors:
             continue  # nothing was scored on this side (an error or identity verdict)
