@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from xconf.errors import XconfError
 
 
@@ -23,3 +26,14 @@ class LaunchTimeoutError(LaunchError):
 
 class CaseDisagreementError(LaunchError):
     """Ranks of one world are not running the same case (config digests differ)."""
+
+
+def check_settings(settings: Any, checks: Iterable[tuple[str, bool]]) -> None:
+    """Refuse the first launcher setting whose check failed, naming it and its value."""
+    for name, ok in checks:
+        if not ok:
+            raise LaunchError(
+                "launch.settings.invalid",
+                f"invalid value {getattr(settings, name)!r}",
+                f"hydra.launcher.{name}",
+            )

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xconf.launchers.errors import LaunchError, TopologyError
+from xconf.launchers.errors import LaunchError, TopologyError, check_settings
 from xconf.launchers.submitit_resources import NodeShape, node_shape
 from xconf.launchers.world import WorldSettings
 
@@ -50,13 +50,7 @@ class RaySettings:
             ("connect_timeout_s", self.connect_timeout_s > 0),
             ("cpus_per_task", self.cpus_per_task is None or self.cpus_per_task >= 1),
         )
-        for name, ok in checks:
-            if not ok:
-                raise LaunchError(
-                    "launch.settings.invalid",
-                    f"invalid value {getattr(self, name)!r}",
-                    f"hydra.launcher.{name}",
-                )
+        check_settings(self, checks)
         if self.address not in ("auto", "local"):
             _host_port(self.address)
 

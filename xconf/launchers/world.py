@@ -33,6 +33,7 @@ from xconf.launchers.errors import (
     LaunchError,
     LaunchTimeoutError,
     RankFailedError,
+    check_settings,
 )
 
 log = logging.getLogger(__name__)
@@ -63,13 +64,7 @@ class WorldSettings:
             ("monitor_interval_s", self.monitor_interval_s > 0),
             ("shutdown_timeout_s", self.shutdown_timeout_s >= 0),
         )
-        for name, ok in checks:
-            if not ok:
-                raise LaunchError(
-                    "launch.settings.invalid",
-                    f"invalid value {getattr(self, name)!r}",
-                    f"hydra.launcher.{name}",
-                )
+        check_settings(self, checks)
 
 
 @dataclass(frozen=True)
