@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -28,6 +28,19 @@ class CaseRecord:
     # side:knob of each knob that was not the intervention and did not run as set (only
     # possible without strict execution): the case measured something else too.
     confounded: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON values (a sweep job's answer crosses a launcher as JSON, which
+        has no tuple)."""
+        return {**asdict(self), "confounded": list(self.confounded)}
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any], **override: Any) -> CaseRecord:
+        """The record :meth:`to_json` gave (other keys ignored), with ``override`` applied."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in values.items() if k in names}
+        known["confounded"] = tuple(known.get("confounded", ()))
+        return cls(**{**known, **override})
 
     @classmethod
     def from_comparison(

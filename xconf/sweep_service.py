@@ -10,7 +10,7 @@ gathers their verdicts; the job side (:func:`run_case`, called by the multirun f
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
@@ -41,9 +41,7 @@ def _record(job: Any, ret: JobReturn) -> Any:
     from xconf.case_record import CaseRecord
 
     if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, dict):
-        values = {k: v for k, v in ret.return_value.items() if k in CaseRecord.__dataclass_fields__}
-        confounded = tuple(values.pop("confounded", ()))  # a list once it crossed as JSON
-        return CaseRecord(**{**values, "confounded": confounded, "label": job.label})
+        return CaseRecord.from_json(ret.return_value, label=job.label)
     reason = (
         _failure(ret._return_value)
         if ret.status == JobStatus.FAILED
@@ -129,11 +127,8 @@ def run_case(spec: Any, runtime: Any, options: RunOptions) -> dict[str, Any]:
     summary = outcome.summary
     if summary is None:  # session.run always returns its summary; a type guard only
         raise RuntimeError("a sweep job ended without a summary")
-    record = asdict(summary.records[0])
-    # A launcher's rank hands this back as JSON, which has no tuple.
-    record["confounded"] = list(record["confounded"])
     return {
-        **record,
+        **summary.records[0].to_json(),
         "engines_built": summary.engines_built,
         "engines_reused": summary.engines_reused,
     }
