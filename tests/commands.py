@@ -1,4 +1,5 @@
-"""`xconf-run` in a subprocess, as a user runs it: the one place its test environment is set."""
+"""`xconf-run` as the tests start it: in a subprocess, as a user runs it (the one place its
+test environment is set), or in this process, for a refusal that must write nothing."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,3 +33,27 @@ def xconf_run(cwd: Path, *args: str, timeout: float = 600) -> subprocess.Complet
         timeout=timeout,
         check=False,
     )
+
+
+def refused_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    code: str,
+    named: str,
+    label: Any,
+) -> str:
+    """``xconf-run`` (``argv`` without the program name) in this process: it must exit 2 with
+    ``[code]`` and ``named`` in its message and no traceback; returns what it printed on
+    stderr. ``label`` names the input in a failure."""
+    from xconf.cli import hydra_app
+
+    monkeypatch.setattr(sys, "argv", ["xconf-run", *argv])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        hydra_app.main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2, (label, err)
+    assert f"[{code}]" in err and named in err, (label, err)
+    assert "Traceback" not in err, (label, err)
+    return err

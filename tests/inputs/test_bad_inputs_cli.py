@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.commands import refused_in_process
 from tests.conftest import snapshot
 from tests.inputs.datasets import write_jsonl, write_verl_parquet
 
@@ -58,8 +58,6 @@ def _cases(checkpoints: dict[str, Path], root: Path) -> list[tuple[str, list[str
 def test_bad_inputs_exit_2_with_their_code_and_write_nothing(
     checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from xconf.cli import hydra_app
-
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     cases = _cases(checkpoints, inputs)
@@ -69,14 +67,7 @@ def test_bad_inputs_exit_2_with_their_code_and_write_nothing(
         cwd.mkdir()
         monkeypatch.chdir(cwd)
         out = tmp_path / f"out-{name}"
-        argv = ["xconf-run", "+experiment=s2_cpu", "runtime=vllm_hf", *overrides]
-        monkeypatch.setattr(sys, "argv", [*argv, f"output_root={out}"])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as info:
-            hydra_app.main()
-        err = capsys.readouterr().err
-        assert info.value.code == 2, (name, err)
-        assert f"[{code}]" in err and named in err, (name, err)
-        assert "Traceback" not in err
+        argv = ["+experiment=s2_cpu", "runtime=vllm_hf", *overrides, f"output_root={out}"]
+        refused_in_process(monkeypatch, capsys, argv, code, named, name)
         assert not out.exists(), name  # no plan, no attempt (Hydra's cwd/outputs is Hydra's)
         assert snapshot(inputs) | snapshot(checkpoints["qwen3"]) == before, name

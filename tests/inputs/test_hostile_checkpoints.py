@@ -7,12 +7,12 @@ import json
 import os
 import shutil
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.commands import refused_in_process
 from tests.conftest import snapshot
 from xconf.adapters.errors import ModelFactoryError
 from xconf.adapters.models.local import open_checkpoint
@@ -157,8 +157,6 @@ def test_broken_checkpoint_is_coded_and_names_the_file(
 def test_broken_checkpoints_exit_2_through_xconf_run_and_write_nothing(
     checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from xconf.cli import hydra_app
-
     for name in ("truncated", "unknown_architecture", "tokenizer_ids_beyond_vocab"):
         damage, code, named = BROKEN[name]
         d = _copy(checkpoints, tmp_path, name)
@@ -168,15 +166,9 @@ def test_broken_checkpoints_exit_2_through_xconf_run_and_write_nothing(
         cwd = tmp_path / f"cwd-{name}"
         cwd.mkdir()
         monkeypatch.chdir(cwd)
-        argv = ["xconf-run", "+experiment=s2_cpu", "runtime=vllm_hf"]
-        monkeypatch.setattr(sys, "argv", [*argv, f"runtime.model.path={d}", f"output_root={out}"])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as info:
-            hydra_app.main()
-        err = capsys.readouterr().err
-        assert info.value.code == 2, (name, err)
-        assert f"[{code}]" in err and named in err, (name, err)
-        assert "Traceback" not in err
+        argv = ["+experiment=s2_cpu", "runtime=vllm_hf"]
+        argv += [f"runtime.model.path={d}", f"output_root={out}"]
+        refused_in_process(monkeypatch, capsys, argv, code, named, name)
         assert not out.exists(), name
         assert snapshot(d) == before, name
 

@@ -5,7 +5,6 @@ code and file named, and nothing written (the inputs are checked before any engi
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from tests.adapters.conftest import HAVE_HF
+from tests.commands import refused_in_process
 from tests.conftest import snapshot
 
 pytestmark = pytest.mark.skipif(not HAVE_HF, reason="transformers is not installed")
@@ -226,8 +226,6 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
 def test_bad_dumps_exit_2_with_their_code_and_write_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from xconf.cli import hydra_app
-
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     cases = _bad_dumps(inputs)
@@ -237,14 +235,8 @@ def test_bad_dumps_exit_2_with_their_code_and_write_nothing(
         cwd.mkdir()
         monkeypatch.chdir(cwd)
         out = tmp_path / f"out-{name}"
-        argv = ["xconf-run", "+experiment=s2_cpu", "runtime=vllm_hf", "identity=from_dump"]
-        monkeypatch.setattr(sys, "argv", [*argv, *overrides, f"output_root={out}"])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as info:
-            hydra_app.main()
-        err = capsys.readouterr().err
-        assert info.value.code == 2, (name, err)
-        assert f"[{code}]" in err and named in err, (name, err)
-        assert "Traceback" not in err
+        argv = ["+experiment=s2_cpu", "runtime=vllm_hf", "identity=from_dump"]
+        argv += [*overrides, f"output_root={out}"]
+        refused_in_process(monkeypatch, capsys, argv, code, named, name)
         assert not out.exists(), name
         assert snapshot(inputs) == before, name

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands import refused_in_process
+
 BAD: list[tuple[str, list[str], str, str]] = [
     ("run_dir_file", ["hydra.run.dir=afile"], "config.invalid_value", "hydra.run.dir"),
     ("run_dir_through_file", ["hydra.run.dir=afile/x"], "config.invalid_value", "hydra.run.dir"),
@@ -49,7 +51,6 @@ def test_bad_hydra_values_exit_2_and_write_nothing(
     capsys: pytest.CaptureFixture[str],
     multirun: bool,
 ) -> None:
-    from xconf.cli import hydra_app
 
     # Under -m the same checks run (Hydra's multirun callback): a few suffice.
     cases = [c for c in BAD if c[0] in MULTIRUN] if multirun else BAD
@@ -61,16 +62,9 @@ def test_bad_hydra_values_exit_2_and_write_nothing(
         cwd.mkdir()
         (cwd / "afile").write_text("a file, not a directory")
         monkeypatch.chdir(cwd)
-        argv = ["xconf-run", *(["-m", "batch.size=1,2"] if multirun else [])]
+        argv = ["-m", "batch.size=1,2"] if multirun else []
         argv += ["+experiment=cpu_smoke", "mode=plan", *overrides]
-        monkeypatch.setattr(sys, "argv", argv)
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as info:
-            hydra_app.main()
-        err = capsys.readouterr().err
-        assert info.value.code == 2, (name, err)
-        assert f"[{code}]" in err and where in err, (name, err)
-        assert "Traceback" not in err, (name, err)
+        err = refused_in_process(monkeypatch, capsys, argv, code, where, name)
         assert sorted(p.name for p in cwd.iterdir()) == ["afile"], (name, err)
 
 
