@@ -31,17 +31,13 @@ def add_parser(sub: Any) -> None:
     )
 
 
-def _localize(root: Path, architecture: str, layers: int, trust_remote_code: bool) -> str:
-    """Whether localize has taps for this architecture, checked against the module tree."""
+def _localize(root: Path, architecture: str, trust_remote_code: bool) -> str:
+    """Whether localize has taps for this architecture, checked against the module tree
+    transformers builds for the checkpoint (on the meta device: no weights are read)."""
+    from xconf.localize import names
+
     try:
-        from xconf.localize import names
-    except ImportError as exc:  # pragma: no cover - localize ships with xconf
-        return f"unknown ({exc})"
-    lookup = getattr(names, "name_map", None)
-    if lookup is None:  # pragma: no cover - localize's API changed
-        return "unknown (localize exposes no name map)"
-    try:
-        mapping = lookup(architecture, str(root / "config.json"))
+        names.name_map(architecture, str(root / "config.json"))
     except Exception as exc:
         return f"no: {getattr(exc, 'message', exc)}"
     try:
@@ -53,17 +49,11 @@ def _localize(root: Path, architecture: str, layers: int, trust_remote_code: boo
         )
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=trust_remote_code)
-        missing = []
-        for tap in names.taps(layers):
-            side = mapping.module("hf", tap)
-            try:
-                model.get_submodule(side.module)
-            except AttributeError:
-                missing.append(side.module)
     except Exception as exc:
         return f"unknown (transformers could not build the module tree: {exc})"
-    if missing:
-        return f"no: the transformers model has no {missing[:3]}"
+    reason = names.can_tap(model)
+    if reason is not None:
+        return f"no: {reason}"
     return f"yes (tap map for {architecture}; every transformers tap module present)"
 
 
@@ -131,7 +121,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
             f"(id {tok.eos_token_id}), from {tok_root}",
         ),
         ("chat template", _chat_template(tok_root, tok)),
-        ("localize", _localize(Path(record.path), facts.architecture, facts.num_layers, trust)),
+        ("localize", _localize(Path(record.path), facts.architecture, trust)),
         ("checkpoint", f"sha256:{record.checkpoint_sha256}"),
         ("links", "; ".join(links) if links else "none"),
         (
