@@ -164,10 +164,6 @@ class VllmHfRuntime:
                 return unsupported_application(
                     path, side, value, f"{reason} (this model allows TP {allowed})"
                 )
-            if self.device == "cpu" and int(value) > cores:
-                return unsupported_application(
-                    path, side, value, f"TP={value} needs {value} cores, {cores} here"
-                )
             if world > 1 and int(value) not in (1, world):
                 return unsupported_application(
                     path,
@@ -175,7 +171,12 @@ class VllmHfRuntime:
                     value,
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
-            return applied_application(path, side, value, rollout_executor(int(value), world)[2])
+            evidence = rollout_executor(int(value), world)[2]
+            if self.device == "cpu" and int(value) > cores:
+                # vLLM's CPU workers are bound to cores round-robin; ranks that share a core
+                # run slower, but each still computes its own shard, as on its own core.
+                evidence += f" ({value} ranks share {cores} cores)"
+            return applied_application(path, side, value, evidence)
         if path == "rollout.context_parallel_size":
             if value == 1:
                 return planned_application(
