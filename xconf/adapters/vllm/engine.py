@@ -9,13 +9,14 @@ constructed engine actually uses (its resolved ``vllm_config`` and, through
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
+from xconf.adapters.vllm import heap
+from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
 from xconf.canonical import canonical_digest
 from xconf.knobs import DTYPES
 from xconf.runtime.requests import batch_size_from_requests
@@ -195,6 +196,12 @@ def _destroy_vllm_distributed() -> None:
         pass
 
 
+def _executor(llm: Any) -> Any:
+    """The executor of an engine whose core runs in this process (None otherwise)."""
+    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
+    return getattr(core, "model_executor", None)
+
+
 class VllmRolloutEngine:
     """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
 
@@ -249,15 +256,24 @@ class VllmRolloutEngine:
         from xconf.adapters.models.facts import load_failure
         from xconf.errors import XconfError
 
+        REAPER.make_room(
+            engine_memory_estimate(
+                cfg.model_path, cfg.kv_cache_memory_bytes, cfg.tensor_parallel_size
+            )
+        )
+        heap.hold()
         try:
-            self.llm: Any = LLM(**kwargs)
-        except XconfError:
-            raise  # a case deadline, already coded
-        except Exception as exc:  # pydantic, ValueError, AssertionError, RuntimeError...
+            with heap.vllm_gc_calls_skipped():
+                self.llm: Any = LLM(**kwargs)
+        except BaseException as exc:
             if cfg.in_process and self._owns_process_group:
                 # A build that failed half-way may have started torch.distributed: left up,
                 # the next engine in this process would take it for a launcher's group.
                 _destroy_vllm_distributed()
+            heap.released()
+            if isinstance(exc, XconfError) or not isinstance(exc, Exception):
+                raise  # a case deadline (already coded), an interrupt
+            # pydantic, ValueError, AssertionError, RuntimeError...
             raise load_failure("vLLM", exc, cfg.model_path) from exc
         self._closed = False
         _LIVE.add(self)
@@ -356,16 +372,17 @@ class VllmRolloutEngine:
             if finalizer is not None:
                 finalizer.detach()
             del llm
-            gc.collect()
+            heap.released()
             return
-        with contextlib.suppress(Exception):  # a dead engine core must not block cleanup
-            llm.llm_engine.engine_core.shutdown()
+        # The workers of a multiprocess engine exit in the background (reaper.py says when
+        # the next build waits for them).
+        REAPER.defer(_executor(llm))
+        with contextlib.suppress(Exception), heap.vllm_gc_calls_skipped():
+            llm.llm_engine.engine_core.shutdown()  # a dead engine core must not block cleanup
         del llm
-        if not self.cfg.in_process:
-            gc.collect()
-            return
-        _destroy_vllm_distributed()
-        gc.collect()
+        if self.cfg.in_process:
+            _destroy_vllm_distributed()
+        heap.released()
 
     def __enter__(self) -> VllmRolloutEngine:
         return self

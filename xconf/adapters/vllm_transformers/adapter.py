@@ -371,7 +371,9 @@ class VllmHfRuntime:
         return env
 
     def close(self) -> None:
-        return None
+        from xconf.adapters.vllm.reaper import REAPER
+
+        REAPER.drain()  # closed engines' workers still exiting: gone before the run returns
 
 
 class _Timed(Delegating):
