@@ -111,17 +111,22 @@ class PairedRunner:
         self.case_timeout_s = check_case_timeout(case_timeout_s)
         self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
         self._provenance: dict[str, Any] | None = None
+        self._env: dict[str, str] | None = None
         self._code: dict[tuple[str, ...], dict[str, str]] = {}
         self._sealed_plan: dict[str, dict[str, Any]] = {}
 
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
-        return {
-            "xconf": provenance.xconf_version(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            **dict(self.adapter.environment()),
-        }
+        """Versions of what scores, read once per run: each case's key and record need them
+        (about 50 ms a lookup of the installed distributions' metadata)."""
+        if self._env is None:
+            self._env = {
+                "xconf": provenance.xconf_version(),
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                **dict(self.adapter.environment()),
+            }
+        return dict(self._env)
 
     def _bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         raw = self.adapter.bind(case, identity)
