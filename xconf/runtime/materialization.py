@@ -8,7 +8,15 @@ from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
-from xconf.knobs import DERIVED_KNOBS, DTYPES, KNOBS, KnobValue
+from xconf.knobs import (
+    DERIVED_KNOBS,
+    DTYPES,
+    KNOBS,
+    LOGP_BACKEND,
+    ROLLOUT_DTYPE,
+    TRAINING_COMPUTE_DTYPE,
+    KnobValue,
+)
 from xconf.operators.catalog import OperatorBinding, Side
 from xconf.runtime.protocol import (
     KnobApplication,
@@ -198,7 +206,7 @@ def ran_dtypes(
     return found["rollout"], found["training"]
 
 
-DTYPE_KNOBS = {"rollout.dtype": "rollout", "training.compute_dtype": "training"}
+DTYPE_KNOBS = {ROLLOUT_DTYPE.path: "rollout", TRAINING_COMPUTE_DTYPE.path: "training"}
 
 
 def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
@@ -220,7 +228,7 @@ def backend_application(
     The operator session instantiates exactly the bound descriptor (its fingerprint is checked
     and resolution never falls back), so the backend that ran is the bound one.
     """
-    requested = knobs.get("logp.backend", operator.backend_id)
+    requested = knobs.get(LOGP_BACKEND.path, operator.backend_id)
     if operator.runtime_native:
         how = "the runtime's own selected-logprob path"
     else:
@@ -228,9 +236,9 @@ def backend_application(
         how = f"operator '{operator.backend_id}' (descriptor {fingerprint})"
     mapped = "" if requested == operator.backend_id else "; an explicit operators mapping binds it"
     return KnobApplication(
-        "logp.backend",
+        LOGP_BACKEND.path,
         side,
-        KNOBS["logp.backend"].lifecycle,
+        KNOBS[LOGP_BACKEND.path].lifecycle,
         requested,
         operator.backend_id,
         operator.backend_id,

@@ -8,7 +8,20 @@ from typing import TYPE_CHECKING
 from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine, check_limits
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
 from xconf.experiment import Identity
-from xconf.knobs import KNOBS, KnobValue
+from xconf.knobs import (
+    BATCH_SIZE,
+    KNOBS,
+    LOGP_BACKEND,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+    KnobValue,
+)
 from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
@@ -28,7 +41,7 @@ SINGLE_PROCESS = (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
     """What this runtime will configure for one requested knob value."""
-    if path in ("rollout.tensor_parallel_size", "rollout.context_parallel_size"):
+    if path in (ROLLOUT_TENSOR_PARALLEL_SIZE.path, ROLLOUT_CONTEXT_PARALLEL_SIZE.path):
         if value == 1:
             return planned_application(path, side, value, 1, "applied", "single in-process rank")
         return unsupported_application(
@@ -38,20 +51,20 @@ def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
             "cpu-smoke runs one in-process rank; use the torchrun launcher "
             "with a distributed runtime",
         )
-    if path == "training.sharding":
+    if path == TRAINING_SHARDING.path:
         if value == "unsharded":
             return planned_application(path, side, value, value, "applied", "one unsharded module")
         return unsupported_application(
             path, side, value, "cpu-smoke has no process group to shard over"
         )
-    if path == "training.attention_backend":
+    if path == TRAINING_ATTENTION_BACKEND.path:
         if value == "flash_attention_2":
             return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
         chosen = "sdpa" if value == "native" else value
         return planned_application(
             path, side, value, chosen, "applied", f"attention computed with {chosen}"
         )
-    if path == "batch.size":
+    if path == BATCH_SIZE.path:
         return planned_application(
             path, side, value, value, "applied", "frozen samples chunked into requests of this size"
         )
@@ -66,10 +79,10 @@ def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
 # Knobs the synthetic engines take at construction (see build_engine).
 _CONSTRUCTION_KNOBS = frozenset(
     {
-        "rollout.dtype",
-        "rollout.enable_prefix_caching",
-        "rollout.enforce_eager",
-        "training.compute_dtype",
+        ROLLOUT_DTYPE.path,
+        ROLLOUT_ENABLE_PREFIX_CACHING.path,
+        ROLLOUT_ENFORCE_EAGER.path,
+        TRAINING_COMPUTE_DTYPE.path,
     }
 )
 
@@ -106,9 +119,9 @@ class CpuSmokeRuntime:
             applications = tuple(
                 _materialize(path, side, value)
                 for path, value in sorted(knobs.items())
-                if path != "logp.backend" and KNOBS[path].side in (side, "both")
+                if path != LOGP_BACKEND.path and KNOBS[path].side in (side, "both")
             )
-            dtype = knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"]
+            dtype = knobs[ROLLOUT_DTYPE.path if side == "rollout" else TRAINING_COMPUTE_DTYPE.path]
             sides[side] = SideBinding(side, applications, str(dtype), SINGLE_PROCESS)
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -127,14 +140,14 @@ class CpuSmokeRuntime:
             return RolloutEngine(
                 self.model_config,
                 binding.dtype,
-                prefix_caching=bool(values["rollout.enable_prefix_caching"]),
-                eager=bool(values["rollout.enforce_eager"]),
+                prefix_caching=bool(values[ROLLOUT_ENABLE_PREFIX_CACHING.path]),
+                eager=bool(values[ROLLOUT_ENFORCE_EAGER.path]),
                 mode=self._scoring_mode,
             )
         return TrainingEngine(
             self.model_config,
             binding.dtype,
-            values["training.attention_backend"],  # type: ignore[arg-type]
+            values[TRAINING_ATTENTION_BACKEND.path],  # type: ignore[arg-type]
         )
 
     def environment(self) -> Mapping[str, str]:

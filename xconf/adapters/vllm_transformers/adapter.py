@@ -27,7 +27,21 @@ from xconf.adapters.vllm_transformers.placement import (
     rollout_executor,
 )
 from xconf.experiment import Identity
-from xconf.knobs import KNOBS, KnobValue, side_worlds
+from xconf.knobs import (
+    BATCH_SIZE,
+    KNOBS,
+    LOGP_BACKEND,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+    KnobValue,
+    side_worlds,
+)
 from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
@@ -47,10 +61,10 @@ ADAPTER_VERSION = "1"
 # Knobs passed to the engines' constructors as they are (see _build_engine).
 _CONSTRUCTION_KNOBS = frozenset(
     {
-        "rollout.dtype",
-        "rollout.enable_prefix_caching",
-        "rollout.enforce_eager",
-        "training.compute_dtype",
+        ROLLOUT_DTYPE.path,
+        ROLLOUT_ENABLE_PREFIX_CACHING.path,
+        ROLLOUT_ENFORCE_EAGER.path,
+        TRAINING_COMPUTE_DTYPE.path,
     }
 )
 
@@ -151,11 +165,11 @@ class VllmHfRuntime:
         spec = self.record
         if path in _EXTENDED:
             return _EXTENDED[path](self.device, path, side, value, knobs or {})
-        if path == "batch.size":
+        if path == BATCH_SIZE.path:
             return applied_application(
                 path, side, value, "frozen samples chunked into requests of this size"
             )
-        if path == "rollout.tensor_parallel_size":
+        if path == ROLLOUT_TENSOR_PARALLEL_SIZE.path:
             cores = os.cpu_count() or 1
             world = launched_world_size()
             reason = self._facts(spec).tp_reason(int(value))
@@ -176,7 +190,7 @@ class VllmHfRuntime:
                     f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
                 )
             return applied_application(path, side, value, rollout_executor(int(value), world)[2])
-        if path == "rollout.context_parallel_size":
+        if path == ROLLOUT_CONTEXT_PARALLEL_SIZE.path:
             if value == 1:
                 return planned_application(
                     path, side, value, 1, "applied", "no context parallelism"
@@ -184,14 +198,14 @@ class VllmHfRuntime:
             return unsupported_application(
                 path, side, value, f"vLLM on {self.device} has no context-parallel rollout here"
             )
-        if path == "training.attention_backend":
+        if path == TRAINING_ATTENTION_BACKEND.path:
             if value == "flash_attention_2" and self.device == "cpu":
                 return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
             chosen = "sdpa" if value == "native" else value
             return planned_application(
                 path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}"
             )
-        if path == "training.sharding":
+        if path == TRAINING_SHARDING.path:
             if value == "unsharded":
                 return applied_application(path, side, value, "one unsharded module")
             world = launched_world_size()
@@ -225,10 +239,10 @@ class VllmHfRuntime:
             applications = tuple(
                 self._materialize(path, side, value, knobs)
                 for path, value in sorted(knobs.items())
-                if path != "logp.backend" and KNOBS[path].side in (side, "both")
+                if path != LOGP_BACKEND.path and KNOBS[path].side in (side, "both")
             )
             if side == "rollout":
-                tp = int(knobs["rollout.tensor_parallel_size"])
+                tp = int(knobs[ROLLOUT_TENSOR_PARALLEL_SIZE.path])
                 world, rank = launched_world_size(), dict(process_group_context())["rank"]
                 executor, in_process, _ = rollout_executor(tp, world)
                 backend = {"external_launcher": "vllm-external-launcher"}.get(
@@ -243,7 +257,7 @@ class VllmHfRuntime:
                     ("world_size", tp),
                     ("launcher_world_size", world),
                 )
-                dtype = knobs["rollout.dtype"]
+                dtype = knobs[ROLLOUT_DTYPE.path]
             else:
                 # The training group is fixed by the training knobs alone: a rollout TP case
                 # launches more ranks, never a wider FSDP group.
@@ -254,7 +268,7 @@ class VllmHfRuntime:
                     ("world_size", side_worlds(knobs).training),
                     ("launcher_world_size", pg["world_size"]),
                 )
-                dtype = knobs["training.compute_dtype"]
+                dtype = knobs[TRAINING_COMPUTE_DTYPE.path]
             sides[side] = SideBinding(side, applications, str(dtype), context)
         return RuntimeBinding(
             runtime_kind=self.runtime_kind,
@@ -306,15 +320,15 @@ class VllmHfRuntime:
             return self._transformers_scorer(
                 binding.dtype,
                 int(dict(binding.distributed_context)["world_size"]),
-                attention_backend=str(values["training.attention_backend"]),
-                sharding=str(values["training.sharding"]),
+                attention_backend=str(values[TRAINING_ATTENTION_BACKEND.path]),
+                sharding=str(values[TRAINING_SHARDING.path]),
                 **training_extended(values),
             )
         from xconf.adapters.vllm.engine import RolloutEngineConfig
         from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
 
         native = case.operator("rollout").runtime_native
-        tp = int(values["rollout.tensor_parallel_size"] or 1)
+        tp = int(values[ROLLOUT_TENSOR_PARALLEL_SIZE.path] or 1)
         executor, in_process, _ = rollout_executor(tp, launched_world_size())
         options = {
             **self.engine_options,
@@ -325,8 +339,8 @@ class VllmHfRuntime:
         rollout_cfg = RolloutEngineConfig(
             model_path=self.record.path,
             dtype=binding.dtype,
-            enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
-            enforce_eager=bool(values["rollout.enforce_eager"]),
+            enable_prefix_caching=bool(values[ROLLOUT_ENABLE_PREFIX_CACHING.path]),
+            enforce_eager=bool(values[ROLLOUT_ENFORCE_EAGER.path]),
             tensor_parallel_size=tp,
             logprobs_mode="raw_logprobs" if native else "raw_logits",
             executor=executor,

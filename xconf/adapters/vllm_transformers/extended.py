@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xconf.knobs import KnobValue
+from xconf.knobs import (
+    ROLLOUT_BATCH_INVARIANT,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    TRAINING_PARAM_DTYPE,
+    TRAINING_REDUCE_DTYPE,
+    TRAINING_REMOVE_PADDING,
+    TRAINING_SHARDING,
+    KnobValue,
+)
 from xconf.operators.catalog import Side
 from xconf.runtime.protocol import KnobApplication, applied_application, unsupported_application
 
@@ -72,7 +82,7 @@ def _mixed_precision(
 ) -> KnobApplication:
     if value == "none":
         return applied_application(path, side, value, "no FSDP2 mixed-precision policy field")
-    if knobs.get("training.sharding") != "fsdp":
+    if knobs.get(TRAINING_SHARDING.path) != "fsdp":
         return unsupported_application(
             path,
             side,
@@ -98,23 +108,23 @@ def _remove_padding(
 
 
 EXTENDED: Mapping[str, Materializer] = {
-    "rollout.kv_cache_dtype": _kv_cache_dtype,
-    "rollout.enable_chunked_prefill": _scheduler,
-    "rollout.max_num_batched_tokens": _scheduler,
-    "rollout.batch_invariant": _batch_invariant,
-    "training.param_dtype": _mixed_precision,
-    "training.reduce_dtype": _mixed_precision,
-    "training.remove_padding": _remove_padding,
+    ROLLOUT_KV_CACHE_DTYPE.path: _kv_cache_dtype,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: _scheduler,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: _scheduler,
+    ROLLOUT_BATCH_INVARIANT.path: _batch_invariant,
+    TRAINING_PARAM_DTYPE.path: _mixed_precision,
+    TRAINING_REDUCE_DTYPE.path: _mixed_precision,
+    TRAINING_REMOVE_PADDING.path: _remove_padding,
 }
 
 
 def rollout_extended(values: Mapping[str, Any]) -> dict[str, Any]:
     """RolloutEngineConfig fields for the extended rollout knobs a case declares."""
     fields = {
-        "rollout.kv_cache_dtype": "kv_cache_dtype",
-        "rollout.enable_chunked_prefill": "enable_chunked_prefill",
-        "rollout.max_num_batched_tokens": "max_num_batched_tokens",
-        "rollout.batch_invariant": "batch_invariant",
+        ROLLOUT_KV_CACHE_DTYPE.path: "kv_cache_dtype",
+        ROLLOUT_ENABLE_CHUNKED_PREFILL.path: "enable_chunked_prefill",
+        ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: "max_num_batched_tokens",
+        ROLLOUT_BATCH_INVARIANT.path: "batch_invariant",
     }
     return {field: values[path] for path, field in fields.items() if path in values}
 
@@ -122,8 +132,8 @@ def rollout_extended(values: Mapping[str, Any]) -> dict[str, Any]:
 def training_extended(values: Mapping[str, Any]) -> dict[str, Any]:
     """TrainingScorerConfig fields for the extended training knobs a case declares."""
     fields = {
-        "training.param_dtype": "param_dtype",
-        "training.reduce_dtype": "reduce_dtype",
-        "training.remove_padding": "remove_padding",
+        TRAINING_PARAM_DTYPE.path: "param_dtype",
+        TRAINING_REDUCE_DTYPE.path: "reduce_dtype",
+        TRAINING_REMOVE_PADDING.path: "remove_padding",
     }
     return {field: values[path] for path, field in fields.items() if path in values}

@@ -15,7 +15,22 @@ from xconf.adapters.vllm_transformers.adapter import ADAPTER_VERSION, VllmHfRunt
 from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.placement import process_group_context
 from xconf.experiment import Identity
-from xconf.knobs import KnobValue
+from xconf.knobs import (
+    BATCH_SIZE,
+    ROLLOUT_BATCH_INVARIANT,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+    KnobValue,
+)
 from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     Engine,
@@ -26,19 +41,26 @@ from xconf.runtime.protocol import (
     applied_application,
     unsupported_application,
 )
+from xconf.runtime.readback import (
+    ROLLOUT_ATTENTION_BACKEND,
+    ROLLOUT_VOCAB_LAYOUT,
+    ROLLOUT_WORLD_SIZE,
+    TRAINING_VOCAB_LAYOUT,
+    TRAINING_WORLD_SIZE,
+)
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
 _ONLY = {
-    "rollout.enable_prefix_caching": (False, "a teacher-forced reference pass has no KV cache"),
-    "rollout.enforce_eager": (True, "the reference scorer has no graph/compiled mode"),
-    "rollout.tensor_parallel_size": (1, "vocab-parallel TP needs the vocab-parallel operator"),
-    "rollout.context_parallel_size": (1, "no context parallelism in the reference scorer"),
-    "rollout.kv_cache_dtype": ("auto", "a teacher-forced reference pass has no KV cache"),
-    "rollout.enable_chunked_prefill": (False, "the reference scores each request in one pass"),
-    "rollout.max_num_batched_tokens": (None, "the reference scorer has no scheduler budget"),
-    "rollout.batch_invariant": (False, "the reference scorer has no batch-invariant mode"),
+    ROLLOUT_ENABLE_PREFIX_CACHING.path: (False, "a teacher-forced reference pass has no KV cache"),
+    ROLLOUT_ENFORCE_EAGER.path: (True, "the reference scorer has no graph/compiled mode"),
+    ROLLOUT_TENSOR_PARALLEL_SIZE.path: (1, "vocab-parallel TP needs the vocab-parallel operator"),
+    ROLLOUT_CONTEXT_PARALLEL_SIZE.path: (1, "no context parallelism in the reference scorer"),
+    ROLLOUT_KV_CACHE_DTYPE.path: ("auto", "a teacher-forced reference pass has no KV cache"),
+    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: (False, "the reference scores each request in one pass"),
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: (None, "the reference scorer has no scheduler budget"),
+    ROLLOUT_BATCH_INVARIANT.path: (False, "the reference scorer has no batch-invariant mode"),
 }
 
 
@@ -47,20 +69,20 @@ class HfReferenceSide(Delegating):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = self._inner.readback()
-        wrapped = live.get("training.sharding")
+        wrapped = live.get(TRAINING_SHARDING.path)
         return {
-            "rollout.dtype": live.get("training.compute_dtype"),
-            "rollout.enable_prefix_caching": False,  # use_cache=False on every forward
-            "rollout.enforce_eager": True,
-            "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
-            "rollout.context_parallel_size": 1,
-            "rollout.world_size": live.get("training.world_size"),
-            "rollout.kv_cache_dtype": "auto",
-            "rollout.enable_chunked_prefill": False,
-            "rollout.batch_invariant": False,
-            "batch.size": live.get("batch.size"),
-            "rollout.attention_backend": live.get("training.attention_backend"),
-            "rollout.vocab_layout": live.get("training.vocab_layout"),
+            ROLLOUT_DTYPE.path: live.get(TRAINING_COMPUTE_DTYPE.path),
+            ROLLOUT_ENABLE_PREFIX_CACHING.path: False,  # use_cache=False on every forward
+            ROLLOUT_ENFORCE_EAGER.path: True,
+            ROLLOUT_TENSOR_PARALLEL_SIZE.path: 1 if wrapped == "unsharded" else None,
+            ROLLOUT_CONTEXT_PARALLEL_SIZE.path: 1,
+            ROLLOUT_WORLD_SIZE.name: live.get(TRAINING_WORLD_SIZE.name),
+            ROLLOUT_KV_CACHE_DTYPE.path: "auto",
+            ROLLOUT_ENABLE_CHUNKED_PREFILL.path: False,
+            ROLLOUT_BATCH_INVARIANT.path: False,
+            BATCH_SIZE.path: live.get(BATCH_SIZE.path),
+            ROLLOUT_ATTENTION_BACKEND.name: live.get(TRAINING_ATTENTION_BACKEND.path),
+            ROLLOUT_VOCAB_LAYOUT.name: live.get(TRAINING_VOCAB_LAYOUT.name),
         }
 
 
@@ -84,7 +106,7 @@ class HfPairRuntime(VllmHfRuntime):
                     path, side, value, f"fixed by the reference scorer: {why}"
                 )
             return unsupported_application(path, side, value, why)
-        if path == "rollout.dtype":
+        if path == ROLLOUT_DTYPE.path:
             return applied_application(path, side, value, "reference scorer compute dtype")
         if side == "rollout" and path.startswith("rollout."):
             # The rollout side is the reference scorer, never vLLM: no other rollout knob.
