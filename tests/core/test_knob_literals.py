@@ -54,7 +54,7 @@ def test_readback_names_are_not_knobs_and_live_in_their_own_table() -> None:
 
 def test_the_count_sees_a_literal_and_ignores_other_strings() -> None:
     pattern = _literal("rollout.dtype")
-    assert pattern.findall('x = {"rollout.dtype": 1, \'rollout.dtype\': 2}') == [
+    assert pattern.findall("x = {\"rollout.dtype\": 1, 'rollout.dtype': 2}") == [
         '"rollout.dtype"',
         "'rollout.dtype'",
     ]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, TypeVar
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
@@ -25,6 +25,9 @@ from xconf.runtime.protocol import (
     RuntimeBinding,
     SideBinding,
 )
+from xconf.runtime.settings import Settings, setting_name
+
+S = TypeVar("S", bound=Settings)
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 
@@ -62,6 +65,23 @@ def with_fingerprints(
         distributed_fingerprint=distributed,
         process_fingerprint=process,
     )
+
+
+def settings_for(binding: SideBinding, kind: type[S]) -> S:
+    """The side's settings from its bound knobs: each knob's materialized value in the field
+    ``setting_name`` names; a knob the case does not declare keeps the field's default."""
+    names = {f.name for f in fields(kind)}
+    values: dict[str, Any] = {}
+    for knob in binding.knobs:
+        name = setting_name(KNOBS[knob.path])
+        if name not in names:  # a knob of the other side, or settings of the other side
+            raise RuntimeMaterializationError(
+                "runtime.knob_side",
+                f"{knob.path} is no field of {kind.__name__}",
+                f"{binding.side}:{knob.path}",
+            )
+        values[name] = knob.materialized
+    return replace(kind(), **values)
 
 
 def apply_readback(

@@ -23,6 +23,7 @@ from xconf.knobs import (
     KnobValue,
 )
 from xconf.operators.catalog import Side
+from xconf.runtime.materialization import settings_for
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,
@@ -31,6 +32,7 @@ from xconf.runtime.protocol import (
     planned_application,
     unsupported_application,
 )
+from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
@@ -135,19 +137,20 @@ class CpuSmokeRuntime:
         )
 
     def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        values = {k.path: k.materialized for k in binding.knobs}
         if binding.side == "rollout":
+            rollout = settings_for(binding, RolloutSettings)
             return RolloutEngine(
                 self.model_config,
                 binding.dtype,
-                prefix_caching=bool(values[ROLLOUT_ENABLE_PREFIX_CACHING.path]),
-                eager=bool(values[ROLLOUT_ENFORCE_EAGER.path]),
+                prefix_caching=bool(rollout.enable_prefix_caching),
+                eager=bool(rollout.enforce_eager),
                 mode=self._scoring_mode,
             )
+        training = settings_for(binding, TrainingSettings)
         return TrainingEngine(
             self.model_config,
             binding.dtype,
-            values[TRAINING_ATTENTION_BACKEND.path],  # type: ignore[arg-type]
+            training.attention_backend,  # type: ignore[arg-type]
         )
 
     def environment(self) -> Mapping[str, str]:

@@ -76,11 +76,12 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
-    # Extended knobs (beyond the drift contract); None leaves the engine's own default.
-    kv_cache_dtype: str = "auto"
+    # Extended knobs (beyond the drift contract); None leaves the engine's own default (a
+    # declared knob the runtime could not materialize also arrives as None).
+    kv_cache_dtype: str | None = "auto"
     enable_chunked_prefill: bool | None = None
     max_num_batched_tokens: int | None = None
-    batch_invariant: bool = False
+    batch_invariant: bool | None = False
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
 

@@ -20,7 +20,6 @@ from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
 from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.extended import EXTENDED as _EXTENDED
-from xconf.adapters.vllm_transformers.extended import rollout_extended, training_extended
 from xconf.adapters.vllm_transformers.placement import (
     launched_world_size,
     process_group_context,
@@ -43,6 +42,7 @@ from xconf.knobs import (
     side_worlds,
 )
 from xconf.operators.catalog import Side
+from xconf.runtime.materialization import settings_for
 from xconf.runtime.protocol import (
     Engine,
     KnobApplication,
@@ -52,6 +52,7 @@ from xconf.runtime.protocol import (
     planned_application,
     unsupported_application,
 )
+from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.adapters.models.facts import ModelFacts
@@ -315,20 +316,23 @@ class VllmHfRuntime:
                 )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        values = {k.path: k.materialized for k in binding.knobs}
         if binding.side == "training":
+            training = settings_for(binding, TrainingSettings)
             return self._transformers_scorer(
                 binding.dtype,
                 int(dict(binding.distributed_context)["world_size"]),
-                attention_backend=str(values[TRAINING_ATTENTION_BACKEND.path]),
-                sharding=str(values[TRAINING_SHARDING.path]),
-                **training_extended(values),
+                attention_backend=str(training.attention_backend),
+                sharding=str(training.sharding),
+                param_dtype=training.param_dtype,
+                reduce_dtype=training.reduce_dtype,
+                remove_padding=training.remove_padding,
             )
         from xconf.adapters.vllm.engine import RolloutEngineConfig
         from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
 
+        rollout = settings_for(binding, RolloutSettings)
         native = case.operator("rollout").runtime_native
-        tp = int(values[ROLLOUT_TENSOR_PARALLEL_SIZE.path] or 1)
+        tp = int(rollout.tensor_parallel_size or 1)
         executor, in_process, _ = rollout_executor(tp, launched_world_size())
         options = {
             **self.engine_options,
@@ -339,12 +343,15 @@ class VllmHfRuntime:
         rollout_cfg = RolloutEngineConfig(
             model_path=self.record.path,
             dtype=binding.dtype,
-            enable_prefix_caching=bool(values[ROLLOUT_ENABLE_PREFIX_CACHING.path]),
-            enforce_eager=bool(values[ROLLOUT_ENFORCE_EAGER.path]),
+            enable_prefix_caching=bool(rollout.enable_prefix_caching),
+            enforce_eager=bool(rollout.enforce_eager),
             tensor_parallel_size=tp,
             logprobs_mode="raw_logprobs" if native else "raw_logits",
             executor=executor,
-            **rollout_extended(values),
+            kv_cache_dtype=rollout.kv_cache_dtype,
+            enable_chunked_prefill=rollout.enable_chunked_prefill,
+            max_num_batched_tokens=rollout.max_num_batched_tokens,
+            batch_invariant=rollout.batch_invariant,
             tokenizer_path=self.record.tokenizer_path,
             trust_remote_code=self.model_options.trust_remote_code,
             **options,

@@ -9,7 +9,6 @@ vLLM config and workers, ``training.*`` from the FSDP2 state and the scorer's fo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from xconf.knobs import (
     ROLLOUT_BATCH_INVARIANT,
@@ -116,24 +115,3 @@ EXTENDED: Mapping[str, Materializer] = {
     TRAINING_REDUCE_DTYPE.path: _mixed_precision,
     TRAINING_REMOVE_PADDING.path: _remove_padding,
 }
-
-
-def rollout_extended(values: Mapping[str, Any]) -> dict[str, Any]:
-    """RolloutEngineConfig fields for the extended rollout knobs a case declares."""
-    fields = {
-        ROLLOUT_KV_CACHE_DTYPE.path: "kv_cache_dtype",
-        ROLLOUT_ENABLE_CHUNKED_PREFILL.path: "enable_chunked_prefill",
-        ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: "max_num_batched_tokens",
-        ROLLOUT_BATCH_INVARIANT.path: "batch_invariant",
-    }
-    return {field: values[path] for path, field in fields.items() if path in values}
-
-
-def training_extended(values: Mapping[str, Any]) -> dict[str, Any]:
-    """TrainingScorerConfig fields for the extended training knobs a case declares."""
-    fields = {
-        TRAINING_PARAM_DTYPE.path: "param_dtype",
-        TRAINING_REDUCE_DTYPE.path: "reduce_dtype",
-        TRAINING_REMOVE_PADDING.path: "remove_padding",
-    }
-    return {field: values[path] for path, field in fields.items() if path in values}
