@@ -1,10 +1,11 @@
-"""Facade over adapters: fingerprints, actual-stage readback and strict-execution checks."""
+"""Facade over adapters: the default bind, settings, fingerprints, actual-stage readback and
+strict-execution checks."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
@@ -16,16 +17,23 @@ from xconf.knobs import (
     ROLLOUT_DTYPE,
     TRAINING_COMPUTE_DTYPE,
     KnobValue,
+    side_dtype,
 )
-from xconf.operators.catalog import OperatorBinding, Side
+from xconf.operators.catalog import SIDES, OperatorBinding, Side
 from xconf.runtime.protocol import (
+    Handlers,
     KnobApplication,
+    KnobRequest,
     ReadbackFailure,
     ReadbackValue,
     RuntimeBinding,
     SideBinding,
+    unsupported_application,
 )
 from xconf.runtime.settings import Settings, setting_name
+
+if TYPE_CHECKING:
+    from xconf.execution_plan import ExecutionCase
 
 S = TypeVar("S", bound=Settings)
 
@@ -64,6 +72,56 @@ def with_fingerprints(
         construction_fingerprint=construction,
         distributed_fingerprint=distributed,
         process_fingerprint=process,
+    )
+
+
+def materialize(
+    handlers: Handlers,
+    runtime: Any,
+    path: str,
+    side: Side,
+    value: KnobValue,
+    knobs: Mapping[str, KnobValue],
+) -> KnobApplication:
+    """One requested knob through the runtime's handler; a knob the runtime declares no
+    handler for is ``unsupported``, never applied."""
+    handler = handlers.get(path)
+    if handler is None:
+        return unsupported_application(
+            path, side, value, f"the {runtime.runtime_kind} runtime has no {path}"
+        )
+    return handler.materialize(KnobRequest(KNOBS[path], side, value, knobs, runtime))
+
+
+def default_bind(
+    runtime: Any,
+    handlers: Handlers,
+    case: ExecutionCase,
+    contexts: Mapping[Side, tuple[tuple[str, Any], ...]],
+    scorers: tuple[tuple[str, str], ...],
+) -> RuntimeBinding:
+    """Requested -> materialized for every knob of the case on each side (``logp.backend``
+    is the operator binding's: ``backend_application``), through the runtime's handlers."""
+    knobs = case.case.knob_dict()
+    sides = {
+        side: SideBinding(
+            side,
+            tuple(
+                materialize(handlers, runtime, path, side, value, knobs)
+                for path, value in sorted(knobs.items())
+                if path != LOGP_BACKEND.path and KNOBS[path].side in (side, "both")
+            ),
+            side_dtype(knobs, side),
+            contexts[side],
+        )
+        for side in SIDES
+    }
+    return RuntimeBinding(
+        runtime_kind=runtime.runtime_kind,
+        case_id=case.case.case_id,
+        rollout=sides["rollout"],
+        training=sides["training"],
+        scorers=scorers,
     )
 
 
