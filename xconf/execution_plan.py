@@ -9,7 +9,7 @@ from typing import Any
 from xconf.canonical import canonical_digest
 from xconf.errors import OperatorResolutionError, PlanError, PlanIssue
 from xconf.experiment import Case, ExperimentPlan, OperatorChoice
-from xconf.knobs import side_dtype
+from xconf.knobs import LOGP_BACKEND, side_dtype
 from xconf.operators.catalog import (
     SELECTED_LOGPROB,
     SIDES,
@@ -59,7 +59,7 @@ def _choice_for(plan: ExperimentPlan, case: Case, side: Side) -> tuple[OperatorC
     explicit = None if mapping is None else getattr(mapping, side)
     if explicit is not None:
         return explicit, f"operators.{SELECTED_LOGPROB}.{side}"
-    return OperatorChoice(str(case.knob_dict()["logp.backend"])), "logp.backend"
+    return OperatorChoice(str(case.knob_dict()[LOGP_BACKEND.path])), LOGP_BACKEND.path
 
 
 def option_problem(

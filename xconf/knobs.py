@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, get_args
 
+from xconf.runtime.readback import DERIVED_NAMES, ROLLOUT_PREFIX_CACHE_HITS
+
 KnobValue = bool | int | str
 Lifecycle = Literal["request", "engine_construction", "process"]
 ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
@@ -66,170 +68,190 @@ def _choices(mapping: dict[str, str]) -> Mapping[str, str]:
 POLICY_DTYPE_ALIASES = _choices({**DTYPE_ALIASES, "none": "none", "native": "none", "auto": "none"})
 
 
+# One handle per knob: code names a knob by its handle (``ROLLOUT_DTYPE.path``), never by
+# a string, so each path is spelled once, here.
+BATCH_SIZE = KnobSpec("batch.size", "request", "positive_int", "both", "samples per request")
+ROLLOUT_TENSOR_PARALLEL_SIZE = KnobSpec(
+    "rollout.tensor_parallel_size",
+    "process",
+    "positive_int",
+    "rollout",
+    "rollout tensor-parallel world",
+)
+ROLLOUT_CONTEXT_PARALLEL_SIZE = KnobSpec(
+    "rollout.context_parallel_size",
+    "process",
+    "positive_int",
+    "rollout",
+    "rollout context-parallel world",
+)
+ROLLOUT_DTYPE = KnobSpec(
+    "rollout.dtype",
+    "engine_construction",
+    "dtype",
+    "rollout",
+    "rollout numerical dtype",
+)
+ROLLOUT_ENABLE_PREFIX_CACHING = KnobSpec(
+    "rollout.enable_prefix_caching",
+    "engine_construction",
+    "bool",
+    "rollout",
+    "engine prefix-cache policy",
+    # On only when the scored pass hit the cache (a prompt under one KV block: 0).
+    evidence_readings=(ROLLOUT_PREFIX_CACHE_HITS.name,),
+)
+ROLLOUT_ENFORCE_EAGER = KnobSpec(
+    "rollout.enforce_eager",
+    "engine_construction",
+    "bool",
+    "rollout",
+    "eager versus optimized/graph path",
+)
+TRAINING_ATTENTION_BACKEND = KnobSpec(
+    "training.attention_backend",
+    "engine_construction",
+    "choice",
+    "training",
+    "training scorer attention implementation",
+    _choices(
+        {
+            "eager": "eager",
+            "sdpa": "sdpa",
+            "flash_attention_2": "flash_attention_2",
+            "flash_attention": "flash_attention_2",
+            "fa2": "flash_attention_2",
+            "native": "native",
+            "auto": "native",
+            "default": "native",
+        }
+    ),
+)
+TRAINING_COMPUTE_DTYPE = KnobSpec(
+    "training.compute_dtype",
+    "engine_construction",
+    "dtype",
+    "training",
+    "training scorer compute dtype",
+)
+TRAINING_SHARDING = KnobSpec(
+    "training.sharding",
+    "process",
+    "choice",
+    "training",
+    "training topology",
+    _choices(
+        {
+            "unsharded": "unsharded",
+            "none": "unsharded",
+            "single": "unsharded",
+            "fsdp": "fsdp",
+            "fsdp2": "fsdp",  # FSDP is FSDP2 (fully_shard); one canonical spelling
+        }
+    ),
+)
+LOGP_BACKEND = KnobSpec(
+    "logp.backend",
+    "engine_construction",
+    "backend_id",
+    "both",
+    "selected-logprob backend on both sides",
+)
+# -- extended knobs (beyond the drift contract): Hydra and v2 documents only ----
+ROLLOUT_KV_CACHE_DTYPE = KnobSpec(
+    "rollout.kv_cache_dtype",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "dtype of the rollout engine's paged KV cache",
+    _choices(
+        {
+            "auto": "auto",
+            "default": "auto",
+            "native": "auto",
+            "fp8": "fp8",
+            "fp8_e4m3": "fp8_e4m3",
+            "fp8_e5m2": "fp8_e5m2",
+            "bfloat16": "bfloat16",
+            "bf16": "bfloat16",
+            "float16": "float16",
+            "fp16": "float16",
+        }
+    ),
+    tier="extended",
+)
+ROLLOUT_ENABLE_CHUNKED_PREFILL = KnobSpec(
+    "rollout.enable_chunked_prefill",
+    "engine_construction",
+    "bool",
+    "rollout",
+    "split long prefills into token-budget chunks",
+    tier="extended",
+)
+ROLLOUT_MAX_NUM_BATCHED_TOKENS = KnobSpec(
+    "rollout.max_num_batched_tokens",
+    "engine_construction",
+    "positive_int",
+    "rollout",
+    "tokens the rollout scheduler batches per step",
+    tier="extended",
+)
+ROLLOUT_BATCH_INVARIANT = KnobSpec(
+    "rollout.batch_invariant",
+    "engine_construction",
+    "bool",
+    "rollout",
+    "vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)",
+    tier="extended",
+)
+TRAINING_PARAM_DTYPE = KnobSpec(
+    "training.param_dtype",
+    "engine_construction",
+    "choice",
+    "training",
+    "FSDP2 MixedPrecisionPolicy.param_dtype (none: no policy)",
+    POLICY_DTYPE_ALIASES,
+    tier="extended",
+)
+TRAINING_REDUCE_DTYPE = KnobSpec(
+    "training.reduce_dtype",
+    "engine_construction",
+    "choice",
+    "training",
+    "FSDP2 MixedPrecisionPolicy.reduce_dtype (none: no policy)",
+    POLICY_DTYPE_ALIASES,
+    tier="extended",
+)
+TRAINING_REMOVE_PADDING = KnobSpec(
+    "training.remove_padding",
+    "engine_construction",
+    "bool",
+    "training",
+    "score packed variable-length sequences instead of a padded batch",
+    tier="extended",
+)
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
         for spec in (
-            KnobSpec("batch.size", "request", "positive_int", "both", "samples per request"),
-            KnobSpec(
-                "rollout.tensor_parallel_size",
-                "process",
-                "positive_int",
-                "rollout",
-                "rollout tensor-parallel world",
-            ),
-            KnobSpec(
-                "rollout.context_parallel_size",
-                "process",
-                "positive_int",
-                "rollout",
-                "rollout context-parallel world",
-            ),
-            KnobSpec(
-                "rollout.dtype",
-                "engine_construction",
-                "dtype",
-                "rollout",
-                "rollout numerical dtype",
-            ),
-            KnobSpec(
-                "rollout.enable_prefix_caching",
-                "engine_construction",
-                "bool",
-                "rollout",
-                "engine prefix-cache policy",
-                # On only when the scored pass hit the cache (a prompt under one KV block: 0).
-                evidence_readings=("rollout.prefix_cache_hits",),
-            ),
-            KnobSpec(
-                "rollout.enforce_eager",
-                "engine_construction",
-                "bool",
-                "rollout",
-                "eager versus optimized/graph path",
-            ),
-            KnobSpec(
-                "training.attention_backend",
-                "engine_construction",
-                "choice",
-                "training",
-                "training scorer attention implementation",
-                _choices(
-                    {
-                        "eager": "eager",
-                        "sdpa": "sdpa",
-                        "flash_attention_2": "flash_attention_2",
-                        "flash_attention": "flash_attention_2",
-                        "fa2": "flash_attention_2",
-                        "native": "native",
-                        "auto": "native",
-                        "default": "native",
-                    }
-                ),
-            ),
-            KnobSpec(
-                "training.compute_dtype",
-                "engine_construction",
-                "dtype",
-                "training",
-                "training scorer compute dtype",
-            ),
-            KnobSpec(
-                "training.sharding",
-                "process",
-                "choice",
-                "training",
-                "training topology",
-                _choices(
-                    {
-                        "unsharded": "unsharded",
-                        "none": "unsharded",
-                        "single": "unsharded",
-                        "fsdp": "fsdp",
-                        "fsdp2": "fsdp",  # FSDP is FSDP2 (fully_shard); one canonical spelling
-                    }
-                ),
-            ),
-            KnobSpec(
-                "logp.backend",
-                "engine_construction",
-                "backend_id",
-                "both",
-                "selected-logprob backend on both sides",
-            ),
-            # -- extended knobs (beyond the drift contract): Hydra and v2 documents only ----
-            KnobSpec(
-                "rollout.kv_cache_dtype",
-                "engine_construction",
-                "choice",
-                "rollout",
-                "dtype of the rollout engine's paged KV cache",
-                _choices(
-                    {
-                        "auto": "auto",
-                        "default": "auto",
-                        "native": "auto",
-                        "fp8": "fp8",
-                        "fp8_e4m3": "fp8_e4m3",
-                        "fp8_e5m2": "fp8_e5m2",
-                        "bfloat16": "bfloat16",
-                        "bf16": "bfloat16",
-                        "float16": "float16",
-                        "fp16": "float16",
-                    }
-                ),
-                tier="extended",
-            ),
-            KnobSpec(
-                "rollout.enable_chunked_prefill",
-                "engine_construction",
-                "bool",
-                "rollout",
-                "split long prefills into token-budget chunks",
-                tier="extended",
-            ),
-            KnobSpec(
-                "rollout.max_num_batched_tokens",
-                "engine_construction",
-                "positive_int",
-                "rollout",
-                "tokens the rollout scheduler batches per step",
-                tier="extended",
-            ),
-            KnobSpec(
-                "rollout.batch_invariant",
-                "engine_construction",
-                "bool",
-                "rollout",
-                "vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)",
-                tier="extended",
-            ),
-            KnobSpec(
-                "training.param_dtype",
-                "engine_construction",
-                "choice",
-                "training",
-                "FSDP2 MixedPrecisionPolicy.param_dtype (none: no policy)",
-                POLICY_DTYPE_ALIASES,
-                tier="extended",
-            ),
-            KnobSpec(
-                "training.reduce_dtype",
-                "engine_construction",
-                "choice",
-                "training",
-                "FSDP2 MixedPrecisionPolicy.reduce_dtype (none: no policy)",
-                POLICY_DTYPE_ALIASES,
-                tier="extended",
-            ),
-            KnobSpec(
-                "training.remove_padding",
-                "engine_construction",
-                "bool",
-                "training",
-                "score packed variable-length sequences instead of a padded batch",
-                tier="extended",
-            ),
+            BATCH_SIZE,
+            ROLLOUT_TENSOR_PARALLEL_SIZE,
+            ROLLOUT_CONTEXT_PARALLEL_SIZE,
+            ROLLOUT_DTYPE,
+            ROLLOUT_ENABLE_PREFIX_CACHING,
+            ROLLOUT_ENFORCE_EAGER,
+            TRAINING_ATTENTION_BACKEND,
+            TRAINING_COMPUTE_DTYPE,
+            TRAINING_SHARDING,
+            LOGP_BACKEND,
+            ROLLOUT_KV_CACHE_DTYPE,
+            ROLLOUT_ENABLE_CHUNKED_PREFILL,
+            ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+            ROLLOUT_BATCH_INVARIANT,
+            TRAINING_PARAM_DTYPE,
+            TRAINING_REDUCE_DTYPE,
+            TRAINING_REMOVE_PADDING,
         )
     }
 )
@@ -238,18 +260,9 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
 CONTRACT_KNOBS: frozenset[str] = frozenset(p for p, s in KNOBS.items() if s.tier == "contract")
 EXTENDED_KNOBS: frozenset[str] = frozenset(KNOBS) - CONTRACT_KNOBS
 
-# Knobs that the framework derives and records; a config may never set them.
-DERIVED_KNOBS: frozenset[str] = frozenset(
-    {
-        "rollout.vocab_layout",
-        "rollout.vocab_shard_bounds",
-        "rollout.world_size",
-        "training.vocab_layout",
-        "training.world_size",
-        "training.tensor_parallel_size",
-        "world_size",
-    }
-)
+# Names the framework derives and records; a config may never set them (the readback
+# names' own table owns them).
+DERIVED_KNOBS: frozenset[str] = DERIVED_NAMES
 
 
 class KnobValueError(ValueError):
@@ -297,7 +310,8 @@ def canonical(path: str, raw: object) -> KnobValue:
 
 
 def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    """``{"rollout": {"dtype": "bf16"}}`` -> ``{"rollout.dtype": "bf16"}``."""
+    """A nested knob tree as flat paths: ``{"rollout": {"dtype": "bf16"}}`` -> one key,
+    ``rollout.dtype``, with the value ``"bf16"``."""
     flat: dict[str, object] = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
@@ -309,7 +323,7 @@ def flatten_knobs(tree: Mapping[str, object], prefix: str = "") -> dict[str, obj
 
 
 def side_dtype(knobs: Mapping[str, KnobValue], side: Literal["rollout", "training"]) -> str:
-    return str(knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"])
+    return str(knobs[(ROLLOUT_DTYPE if side == "rollout" else TRAINING_COMPUTE_DTYPE).path])
 
 
 # -- process topology, per side ------------------------------------------------------------
@@ -345,14 +359,14 @@ def side_worlds(knobs: Mapping[str, object]) -> SideWorlds:
     KnobValueError naming it.
     """
 
-    def value(path: str, default: object) -> KnobValue:
-        raw = knobs.get(path)
-        return canonical(path, default if raw is None else raw)
+    def value(spec: KnobSpec, default: object) -> KnobValue:
+        raw = knobs.get(spec.path)
+        return normalize_value(spec, default if raw is None else raw)
 
-    rollout = int(value("rollout.tensor_parallel_size", 1)) * int(
-        value("rollout.context_parallel_size", 1)
+    rollout = int(value(ROLLOUT_TENSOR_PARALLEL_SIZE, 1)) * int(
+        value(ROLLOUT_CONTEXT_PARALLEL_SIZE, 1)
     )
-    training = _TRAINING_WORLD[str(value("training.sharding", "unsharded"))]
+    training = _TRAINING_WORLD[str(value(TRAINING_SHARDING, "unsharded"))]
     return SideWorlds(rollout=rollout, training=training)
 
 

@@ -19,6 +19,7 @@ from xconf.knobs import (
     CONTRACT_KNOBS,
     DERIVED_KNOBS,
     KNOBS,
+    LOGP_BACKEND,
     KnobValue,
     KnobValueError,
     normalize_value,
@@ -153,7 +154,7 @@ def _normalize_interventions(
                 continue
             values.append(value)
         declared[intervention.path] = [v for v in values if v != baseline.get(intervention.path)]
-    if spec.operators is not None and "logp.backend" in declared:
+    if spec.operators is not None and LOGP_BACKEND.path in declared:
         issues.add(
             "plan.operator_mapping_conflict",
             "interventions.logp.backend",
@@ -232,7 +233,7 @@ def _normalize_operators(spec: ExperimentSpec, issues: _Issues) -> ExperimentSpe
             sides[side] = None
             continue
         try:
-            backend = str(normalize_value(KNOBS["logp.backend"], choice.backend))
+            backend = str(normalize_value(KNOBS[LOGP_BACKEND.path], choice.backend))
         except KnobValueError as exc:
             issues.add("plan.unsupported_value", f"operators.selected_logprob.{side}", str(exc))
             backend = choice.backend

@@ -27,7 +27,7 @@ from xconf.engine_cache import EngineCache
 from xconf.errors import ArtifactError, IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
-from xconf.knobs import side_dtype
+from xconf.knobs import BATCH_SIZE, side_dtype
 from xconf.operators.catalog import (
     SIDES,
     ResolutionPolicy,
@@ -391,7 +391,7 @@ class PairedRunner:
                 engine = self.engines.get(side_binding, case)
                 operator = session.instantiate(case.operator(side))
                 given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-                scores[side] = engine.score(given, identity, int(knobs["batch.size"]), operator)
+                scores[side] = engine.score(given, identity, int(knobs[BATCH_SIZE.path]), operator)
             check_untouched(side, given, inputs)
             check_echo(side, identity, recorded, scores[side])
             # What the model embedded, by its own record; without one, the scorer's echo is

@@ -6,6 +6,7 @@ from typing import Any
 
 from tests.adapters.conftest import needs_hf
 from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
+from xconf.runtime.materialization import materialize
 
 pytestmark = needs_hf
 
@@ -14,7 +15,7 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
     runtime = HfPairRuntime()
     runtime._record = model_record
     status = {
-        (path, value): runtime._materialize(path, "rollout", value).status
+        (path, value): materialize(runtime.handlers, runtime, path, "rollout", value, {}).status
         for path, value in (
             ("rollout.dtype", "bfloat16"),
             ("rollout.enable_prefix_caching", False),
@@ -32,7 +33,7 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
         ("rollout.tensor_parallel_size", 2): "unsupported",
         ("rollout.context_parallel_size", 1): "applied",
     }
-    fsdp = runtime._materialize("training.sharding", "training", "fsdp")
+    fsdp = materialize(runtime.handlers, runtime, "training.sharding", "training", "fsdp", {})
     assert fsdp.status == "unsupported" and "torchrun" in fsdp.evidence  # no process group here
 
 
@@ -46,6 +47,24 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
     runtime = HfPairRuntime()
     runtime._record = model_record
-    record = runtime._materialize(novel.path, "training", True)
+    record = materialize(runtime.handlers, runtime, novel.path, "training", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
+
+
+def test_the_reference_reads_its_rollout_settings_from_its_own_state(model_record: Any) -> None:
+    """The rollout side is a transformers scorer: each rollout knob's handler reads the value
+    from what that scorer reports; a knob it has no reading for is absent (unobservable),
+    never echoed from the request."""
+    from xconf.adapters.vllm_transformers.hf_pair import HfReferenceSide
+
+    runtime = HfPairRuntime()
+    runtime._record = model_record
+    reference = runtime._transformers_scorer(
+        "bfloat16", 1, attention_backend="sdpa", sharding="unsharded"
+    )
+    got = HfReferenceSide(reference).readback()
+    assert got["rollout.dtype"] == "bfloat16"  # the scorer's parameters, read from the model
+    assert (got["rollout.tensor_parallel_size"], got["rollout.enforce_eager"]) == (1, True)
+    assert got["rollout.attention_backend"] == "sdpa"  # a reading, not a knob
+    assert "rollout.max_num_batched_tokens" not in got

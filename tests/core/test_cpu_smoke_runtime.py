@@ -9,10 +9,11 @@ import torch
 
 from tests.core.runs import attempt_doc, only, run_doc
 from xconf.adapters.cpu_smoke import engines
-from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime, _materialize
+from xconf.adapters.cpu_smoke.adapter import HANDLERS, CpuSmokeRuntime
 from xconf.config.strict import parse_experiment
 from xconf.operators.catalog import Side
 from xconf.runner import frozen_inputs
+from xconf.runtime.materialization import materialize
 
 
 @pytest.mark.parametrize(
@@ -35,7 +36,7 @@ from xconf.runner import frozen_inputs
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:
     side: Side = "training" if path.startswith("training") else "rollout"
-    record = _materialize(path, side, value)
+    record = materialize(HANDLERS, CpuSmokeRuntime(), path, side, value, {})
     assert (record.status, record.materialized, record.requested) == (status, materialized, value)
     assert record.evidence
 
@@ -47,7 +48,7 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
 
     novel = KnobSpec("rollout.novel_knob", "engine_construction", "bool", "rollout", "test")
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
-    record = _materialize(novel.path, "rollout", True)
+    record = materialize(HANDLERS, CpuSmokeRuntime(), novel.path, "rollout", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
 from xconf.adapters.vllm_transformers.extended import EXTENDED
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError, PlanError
 from xconf.experiment import EXPERIMENT_SCHEMA_V2
 from xconf.knobs import CONTRACT_KNOBS, EXTENDED_KNOBS, KNOBS
 from xconf.planner import plan_experiment
+from xconf.runtime.materialization import materialize
 
 NEW_KNOBS = {
     "rollout.kv_cache_dtype": "engine_construction",
@@ -76,7 +78,8 @@ def test_a_changed_extended_knob_needs_a_baseline_value(s0_doc) -> None:
 
 def _status(path: str, value: object, device: str = "cpu", **knobs: object) -> tuple[str, str]:
     side = "training" if path.startswith("training") else "rollout"
-    record = EXTENDED[path](device, path, side, value, knobs)  # type: ignore[arg-type]
+    runtime = VllmHfRuntime(device=device)
+    record = materialize(EXTENDED, runtime, path, side, value, knobs)  # type: ignore[arg-type]
     return record.status, record.evidence
 
 

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "xconf.runtime.deadline",
             "xconf.runtime.ranks",
             "xconf.runtime.requests",
+            "xconf.runtime.readback",
         ),
     ),
     ("vocabulary", ("xconf.knobs", "xconf.experiment", "xconf.contract")),

@@ -17,6 +17,7 @@ from typing import Any
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.canonical import canonical_json
 from xconf.experiment import Identity, ScoringMode
+from xconf.knobs import BATCH_SIZE
 
 TOKENIZER_POLICY = "prompt_ids+response_ids; no special tokens added; right padding"
 
@@ -70,7 +71,7 @@ class FrozenBatch:
         """Sample indices grouped into requests of ``batch_size`` (the last may be short)."""
         if batch_size < 1:
             raise ScoringError(
-                "runtime.invalid_batch_size", "batch.size must be >= 1", "batch.size"
+                "runtime.invalid_batch_size", "batch.size must be >= 1", BATCH_SIZE.path
             )
         idx = list(range(len(self.samples)))
         return [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]

@@ -25,6 +25,7 @@ from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError
+from xconf.knobs import ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
@@ -166,8 +167,8 @@ def _plan_row(index: int, case: JudgedCase) -> dict[str, Any]:
         "kind": "judged",
         "changed": {"dump": case.dump.name},
         "knobs": {
-            "rollout.dtype": case.rollout_dtype,
-            "training.compute_dtype": case.training_dtype,
+            ROLLOUT_DTYPE.path: case.rollout_dtype,
+            TRAINING_COMPUTE_DTYPE.path: case.training_dtype,
         },
         "operators": {"rollout": "external", "training": "external"},
     }

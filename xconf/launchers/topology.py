@@ -15,7 +15,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from xconf.knobs import KnobValueError, SideWorlds, side_worlds
+from xconf.knobs import (
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_SHARDING,
+    KnobValueError,
+    SideWorlds,
+    side_worlds,
+)
 from xconf.launchers.errors import TopologyError
 
 # Keys a user might reach for to pick the world size directly; the world is derived instead.
@@ -81,18 +88,20 @@ def required_world_size(cfg: DictConfig | Mapping[str, Any]) -> int:
     """
     data = _as_container(cfg)
     _reject_world_size_keys({k: v for k, v in data.items() if k != "hydra"}, "")
-    rollout = _positive_int(data, "rollout.tensor_parallel_size") * _positive_int(
-        data, "rollout.context_parallel_size"
+    rollout = _positive_int(data, ROLLOUT_TENSOR_PARALLEL_SIZE.path) * _positive_int(
+        data, ROLLOUT_CONTEXT_PARALLEL_SIZE.path
     )
-    sharding = _lookup(data, "training.sharding")
+    sharding = _lookup(data, TRAINING_SHARDING.path)
     if sharding is not None and not isinstance(sharding, str):
         raise TopologyError(
             "launch.topology.bad_sharding",
             f"expected a string, got {sharding!r}",
-            "training.sharding",
+            TRAINING_SHARDING.path,
         )
     try:
-        worlds = side_worlds({"training.sharding": sharding})
+        worlds = side_worlds({TRAINING_SHARDING.path: sharding})
     except KnobValueError as exc:
-        raise TopologyError("launch.topology.bad_sharding", str(exc), "training.sharding") from exc
+        raise TopologyError(
+            "launch.topology.bad_sharding", str(exc), TRAINING_SHARDING.path
+        ) from exc
     return SideWorlds(rollout=rollout, training=worlds.training).launched

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from xconf.knobs import ROLLOUT_ENABLE_PREFIX_CACHING
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour, NameMap, SideName, Tap
 
@@ -203,7 +204,7 @@ class Recorder:
                     "cache, so their activations were not computed; localize compares every "
                     "position and cannot localize a prefix-caching case whose samples share "
                     "a cached prefix",
-                    "rollout.enable_prefix_caching",
+                    ROLLOUT_ENABLE_PREFIX_CACHING.path,
                 )
             if seen.numel() not in (n - 1, n) or not torch.equal(seen, torch.arange(seen.numel())):
                 raise LocalizeError(

@@ -19,6 +19,7 @@ from typing import Any
 from xconf.canonical import canonical_json
 from xconf.errors import XconfError
 from xconf.experiment import Case, Identity
+from xconf.knobs import BATCH_SIZE, LOGP_BACKEND
 from xconf.localize.capture import Recorder, Rows
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour, NameMap, Tap
@@ -151,7 +152,7 @@ def execution_case(case: Case) -> Any:
 
     descriptor = SemanticOperatorCatalog.from_entry_points().get(SELECTED_LOGPROB, "native")
     if descriptor is None:
-        raise LocalizeError("localize.no_native_operator", "no native operator", "logp.backend")
+        raise LocalizeError("localize.no_native_operator", "no native operator", LOGP_BACKEND.path)
     rollout, training = (
         OperatorBinding(
             semantic_operation=SELECTED_LOGPROB,
@@ -168,7 +169,7 @@ def execution_case(case: Case) -> Any:
 
 
 def check_replayable(case: Case) -> None:
-    if any(path == "batch.size" for path, _ in case.changed):
+    if any(path == BATCH_SIZE.path for path, _ in case.changed):
         raise LocalizeError(
             "localize.batch_size_case",
             "localize replays one request at a time, so a batch.size intervention cannot be "

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, TRAINING_SHARDING
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour
 
@@ -61,7 +62,7 @@ def side_module(engine: Any, side: str) -> SideModule:
                 f"the {side} vLLM engine runs its model in worker processes "
                 f"(TP={cfg.tensor_parallel_size}, in_process={cfg.in_process}); localize hooks "
                 "the in-process model only (TP 1)",
-                "rollout.tensor_parallel_size",
+                ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
         llm = inner.engine.llm
         models = llm.apply_model(_same)
@@ -80,7 +81,7 @@ def side_module(engine: Any, side: str) -> SideModule:
                 "localize.unsupported_topology",
                 f"the {side} model is sharded ({scorer.sharding}); localize hooks one "
                 "unsharded module",
-                "training.sharding",
+                TRAINING_SHARDING.path,
             )
         return SideModule("hf", scorer.model, _nothing)
     raise LocalizeError(

@@ -34,7 +34,7 @@ class OperatorDescriptor:
     backend's devices, sides (roles), dtypes and contract support are declared: planning
     checks the side/device/dtype part, runs check each call's contract against it.
     ``required_topology`` maps a target side to the knob values that side must have
-    (for example ``{"training": {"training.sharding": "unsharded"}}``).
+    (for example: on the training side, ``training.sharding`` must be ``unsharded``).
     ``factory`` is a ``"module:callable"`` string; the callable takes the options
     mapping as keyword arguments and returns the operator implementation.
     """

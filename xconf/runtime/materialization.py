@@ -1,22 +1,41 @@
-"""Facade over adapters: fingerprints, actual-stage readback and strict-execution checks."""
+"""Facade over adapters: the default bind, settings, fingerprints, actual-stage readback and
+strict-execution checks."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xconf.canonical import canonical_digest
 from xconf.errors import RuntimeMaterializationError
-from xconf.knobs import DERIVED_KNOBS, DTYPES, KNOBS, KnobValue
-from xconf.operators.catalog import OperatorBinding, Side
+from xconf.knobs import (
+    DERIVED_KNOBS,
+    DTYPES,
+    KNOBS,
+    LOGP_BACKEND,
+    ROLLOUT_DTYPE,
+    TRAINING_COMPUTE_DTYPE,
+    KnobValue,
+    side_dtype,
+)
+from xconf.operators.catalog import SIDES, OperatorBinding, Side
 from xconf.runtime.protocol import (
+    Handlers,
     KnobApplication,
+    KnobRequest,
     ReadbackFailure,
     ReadbackValue,
     RuntimeBinding,
     SideBinding,
+    unsupported_application,
 )
+from xconf.runtime.settings import Settings, setting_name
+
+if TYPE_CHECKING:
+    from xconf.execution_plan import ExecutionCase
+
+S = TypeVar("S", bound=Settings)
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 
@@ -54,6 +73,73 @@ def with_fingerprints(
         distributed_fingerprint=distributed,
         process_fingerprint=process,
     )
+
+
+def materialize(
+    handlers: Handlers,
+    runtime: Any,
+    path: str,
+    side: Side,
+    value: KnobValue,
+    knobs: Mapping[str, KnobValue],
+) -> KnobApplication:
+    """One requested knob through the runtime's handler; a knob the runtime declares no
+    handler for is ``unsupported``, never applied."""
+    handler = handlers.get(path)
+    if handler is None:
+        return unsupported_application(
+            path, side, value, f"the {runtime.runtime_kind} runtime has no {path}"
+        )
+    return handler.materialize(KnobRequest(KNOBS[path], side, value, knobs, runtime))
+
+
+def default_bind(
+    runtime: Any,
+    handlers: Handlers,
+    case: ExecutionCase,
+    contexts: Mapping[Side, tuple[tuple[str, Any], ...]],
+    scorers: tuple[tuple[str, str], ...],
+) -> RuntimeBinding:
+    """Requested -> materialized for every knob of the case on each side (``logp.backend``
+    is the operator binding's: ``backend_application``), through the runtime's handlers."""
+    knobs = case.case.knob_dict()
+    sides = {
+        side: SideBinding(
+            side,
+            tuple(
+                materialize(handlers, runtime, path, side, value, knobs)
+                for path, value in sorted(knobs.items())
+                if path != LOGP_BACKEND.path and KNOBS[path].side in (side, "both")
+            ),
+            side_dtype(knobs, side),
+            contexts[side],
+        )
+        for side in SIDES
+    }
+    return RuntimeBinding(
+        runtime_kind=runtime.runtime_kind,
+        case_id=case.case.case_id,
+        rollout=sides["rollout"],
+        training=sides["training"],
+        scorers=scorers,
+    )
+
+
+def settings_for(binding: SideBinding, kind: type[S]) -> S:
+    """The side's settings from its bound knobs: each knob's materialized value in the field
+    ``setting_name`` names; a knob the case does not declare keeps the field's default."""
+    names = {f.name for f in fields(kind)}
+    values: dict[str, Any] = {}
+    for knob in binding.knobs:
+        name = setting_name(KNOBS[knob.path])
+        if name not in names:  # a knob of the other side, or settings of the other side
+            raise RuntimeMaterializationError(
+                "runtime.knob_side",
+                f"{knob.path} is no field of {kind.__name__}",
+                f"{binding.side}:{knob.path}",
+            )
+        values[name] = knob.materialized
+    return replace(kind(), **values)
 
 
 def apply_readback(
@@ -198,7 +284,7 @@ def ran_dtypes(
     return found["rollout"], found["training"]
 
 
-DTYPE_KNOBS = {"rollout.dtype": "rollout", "training.compute_dtype": "training"}
+DTYPE_KNOBS = {ROLLOUT_DTYPE.path: "rollout", TRAINING_COMPUTE_DTYPE.path: "training"}
 
 
 def check_pre_build(binding: RuntimeBinding, *, strict_fallback: bool) -> None:
@@ -220,7 +306,7 @@ def backend_application(
     The operator session instantiates exactly the bound descriptor (its fingerprint is checked
     and resolution never falls back), so the backend that ran is the bound one.
     """
-    requested = knobs.get("logp.backend", operator.backend_id)
+    requested = knobs.get(LOGP_BACKEND.path, operator.backend_id)
     if operator.runtime_native:
         how = "the runtime's own selected-logprob path"
     else:
@@ -228,9 +314,9 @@ def backend_application(
         how = f"operator '{operator.backend_id}' (descriptor {fingerprint})"
     mapped = "" if requested == operator.backend_id else "; an explicit operators mapping binds it"
     return KnobApplication(
-        "logp.backend",
+        LOGP_BACKEND.path,
         side,
-        KNOBS["logp.backend"].lifecycle,
+        KNOBS[LOGP_BACKEND.path].lifecycle,
         requested,
         operator.backend_id,
         operator.backend_id,

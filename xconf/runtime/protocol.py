@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from xconf.experiment import Identity
-from xconf.knobs import KNOBS, KnobValue, Lifecycle
+from xconf.knobs import KNOBS, KnobSpec, KnobValue, Lifecycle
 from xconf.operators.catalog import Side
 
 if TYPE_CHECKING:
@@ -93,6 +93,69 @@ def unsupported_application(
 ) -> KnobApplication:
     """A knob this runtime cannot honour: nothing is materialized, ``why`` is the evidence."""
     return planned_application(path, side, requested, None, "unsupported", why)
+
+
+@dataclass(frozen=True)
+class KnobRequest:
+    """One requested knob value on one side, as a runtime's handler receives it."""
+
+    spec: KnobSpec
+    side: Side
+    value: KnobValue
+    knobs: Mapping[str, KnobValue]  # all the case's knob values (a policy needs FSDP2)
+    runtime: Any  # the runtime binding the case: a handler of its own may read its state
+
+    @property
+    def path(self) -> str:
+        return self.spec.path
+
+    def applied(self, evidence: str) -> KnobApplication:
+        return applied_application(self.path, self.side, self.value, evidence)
+
+    def applied_as(self, materialized: KnobValue, evidence: str) -> KnobApplication:
+        """Applied, with the value the runtime configures for the request (``native`` ->
+        ``sdpa``)."""
+        return planned_application(
+            self.path, self.side, self.value, materialized, "applied", evidence
+        )
+
+    def unsupported(self, why: str) -> KnobApplication:
+        return unsupported_application(self.path, self.side, self.value, why)
+
+
+# The materialized value of a knob the handler honours, or ``unsupported`` with the reason.
+Materialize = Callable[[KnobRequest], KnobApplication]
+# A knob's live value taken from what the engine reported.
+ReadBack = Callable[[Mapping[str, "ReadbackValue"]], "ReadbackValue"]
+
+
+@dataclass(frozen=True)
+class KnobHandler:
+    """How one runtime honours one knob, in its three stages.
+
+    ``materialize`` turns the request into its record (``applied`` with the value the engine
+    will be built with, or ``unsupported`` with the reason); the materialized value is then
+    applied to the side's settings, in the field ``settings.setting_name`` names
+    (``runtime/materialization.settings_for``), which the engine is built from; ``readback``
+    takes the live value from what the engine reports, for an engine that reports it under
+    other names (hf_pair's reference scorer is a training scorer: its engine wrapper reads
+    the rollout knobs through these). None: the engine reports the knob under its own path.
+    A knob a runtime declares no handler for is ``unsupported``.
+    """
+
+    materialize: Materialize
+    readback: ReadBack | None = None
+
+
+# A runtime's handlers, by knob path (``HANDLERS[ROLLOUT_DTYPE.path]``).
+Handlers: TypeAlias = Mapping[str, KnobHandler]
+
+# Two handlers every runtime that honours the knob shares: a setting the engine is built
+# with as requested, and ``batch.size`` (the frozen samples, chunked into requests).
+AT_CONSTRUCTION = KnobHandler(lambda request: request.applied("set at engine construction"))
+CHUNKED_REQUESTS = KnobHandler(
+    lambda request: request.applied("frozen samples chunked into requests of this size")
+)
 
 
 @dataclass(frozen=True)

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine, check_limits
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
 from xconf.experiment import Identity
-from xconf.knobs import KNOBS, KnobValue
-from xconf.operators.catalog import Side
+from xconf.knobs import (
+    BATCH_SIZE,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+)
+from xconf.runtime.materialization import default_bind, settings_for
 from xconf.runtime.protocol import (
+    AT_CONSTRUCTION,
+    CHUNKED_REQUESTS,
     Engine,
     KnobApplication,
+    KnobHandler,
+    KnobRequest,
     RuntimeBinding,
     SideBinding,
-    planned_application,
-    unsupported_application,
 )
+from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
@@ -26,50 +40,40 @@ ADAPTER_VERSION = "1"
 SINGLE_PROCESS = (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 
-def _materialize(path: str, side: Side, value: KnobValue) -> KnobApplication:
-    """What this runtime will configure for one requested knob value."""
-    if path in ("rollout.tensor_parallel_size", "rollout.context_parallel_size"):
-        if value == 1:
-            return planned_application(path, side, value, 1, "applied", "single in-process rank")
-        return unsupported_application(
-            path,
-            side,
-            value,
-            "cpu-smoke runs one in-process rank; use the torchrun launcher "
-            "with a distributed runtime",
-        )
-    if path == "training.sharding":
-        if value == "unsharded":
-            return planned_application(path, side, value, value, "applied", "one unsharded module")
-        return unsupported_application(
-            path, side, value, "cpu-smoke has no process group to shard over"
-        )
-    if path == "training.attention_backend":
-        if value == "flash_attention_2":
-            return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
-        chosen = "sdpa" if value == "native" else value
-        return planned_application(
-            path, side, value, chosen, "applied", f"attention computed with {chosen}"
-        )
-    if path == "batch.size":
-        return planned_application(
-            path, side, value, value, "applied", "frozen samples chunked into requests of this size"
-        )
-    if path in _CONSTRUCTION_KNOBS:
-        return planned_application(
-            path, side, value, value, "applied", "set at engine construction"
-        )
-    # A knob this runtime has no code for is never reported as applied.
-    return unsupported_application(path, side, value, f"the cpu-smoke runtime has no {path}")
+def _single_rank(request: KnobRequest) -> KnobApplication:
+    if request.value == 1:
+        return request.applied_as(1, "single in-process rank")
+    return request.unsupported(
+        "cpu-smoke runs one in-process rank; use the torchrun launcher with a distributed runtime"
+    )
 
 
-# Knobs the synthetic engines take at construction (see build_engine).
-_CONSTRUCTION_KNOBS = frozenset(
+def _sharding(request: KnobRequest) -> KnobApplication:
+    if request.value == "unsharded":
+        return request.applied("one unsharded module")
+    return request.unsupported("cpu-smoke has no process group to shard over")
+
+
+def _attention_backend(request: KnobRequest) -> KnobApplication:
+    if request.value == "flash_attention_2":
+        return request.unsupported("flash_attention_2 needs CUDA")
+    chosen = "sdpa" if request.value == "native" else request.value
+    return request.applied_as(chosen, f"attention computed with {chosen}")
+
+
+# What this runtime configures for each knob; the synthetic engines read each back from
+# their own state. No extended knob has a handler: each is unsupported here.
+HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
     {
-        "rollout.dtype",
-        "rollout.enable_prefix_caching",
-        "rollout.enforce_eager",
-        "training.compute_dtype",
+        BATCH_SIZE.path: CHUNKED_REQUESTS,
+        ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_single_rank),
+        ROLLOUT_CONTEXT_PARALLEL_SIZE.path: KnobHandler(_single_rank),
+        ROLLOUT_DTYPE.path: AT_CONSTRUCTION,
+        ROLLOUT_ENABLE_PREFIX_CACHING.path: AT_CONSTRUCTION,
+        ROLLOUT_ENFORCE_EAGER.path: AT_CONSTRUCTION,
+        TRAINING_ATTENTION_BACKEND.path: KnobHandler(_attention_backend),
+        TRAINING_COMPUTE_DTYPE.path: AT_CONSTRUCTION,
+        TRAINING_SHARDING.path: KnobHandler(_sharding),
     }
 )
 
@@ -99,42 +103,33 @@ class CpuSmokeRuntime:
         check_limits(self.model_config, frozen_inputs(identity))
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
-        knobs = case.case.knob_dict()
         self._scoring_mode = identity.scoring_mode
-        sides: dict[Side, SideBinding] = {}
-        for side in ("rollout", "training"):
-            applications = tuple(
-                _materialize(path, side, value)
-                for path, value in sorted(knobs.items())
-                if path != "logp.backend" and KNOBS[path].side in (side, "both")
-            )
-            dtype = knobs["rollout.dtype" if side == "rollout" else "training.compute_dtype"]
-            sides[side] = SideBinding(side, applications, str(dtype), SINGLE_PROCESS)
-        return RuntimeBinding(
-            runtime_kind=self.runtime_kind,
-            case_id=case.case.case_id,
-            rollout=sides["rollout"],
-            training=sides["training"],
-            scorers=(
+        return default_bind(
+            self,
+            HANDLERS,
+            case,
+            {"rollout": SINGLE_PROCESS, "training": SINGLE_PROCESS},
+            (
                 ("rollout", f"synthetic-decode/{identity.scoring_mode}"),
                 ("training", "synthetic-teacher-forced"),
             ),
         )
 
     def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        values = {k.path: k.materialized for k in binding.knobs}
         if binding.side == "rollout":
+            rollout = settings_for(binding, RolloutSettings)
             return RolloutEngine(
                 self.model_config,
                 binding.dtype,
-                prefix_caching=bool(values["rollout.enable_prefix_caching"]),
-                eager=bool(values["rollout.enforce_eager"]),
+                prefix_caching=bool(rollout.enable_prefix_caching),
+                eager=bool(rollout.enforce_eager),
                 mode=self._scoring_mode,
             )
+        training = settings_for(binding, TrainingSettings)
         return TrainingEngine(
             self.model_config,
             binding.dtype,
-            values["training.attention_backend"],  # type: ignore[arg-type]
+            training.attention_backend,  # type: ignore[arg-type]
         )
 
     def environment(self) -> Mapping[str, str]:

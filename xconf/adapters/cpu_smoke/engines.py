@@ -14,6 +14,17 @@ from xconf.adapters.cpu_smoke.model import (
 )
 from xconf.errors import IdentityViolation, XconfError
 from xconf.experiment import Identity
+from xconf.knobs import (
+    BATCH_SIZE,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+)
 from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.ops.logprob.contract import ShardingSpec
 from xconf.runtime.protocol import (
@@ -23,6 +34,7 @@ from xconf.runtime.protocol import (
     SelectedLogprobOp,
     SideScore,
 )
+from xconf.runtime.readback import ROLLOUT_VOCAB_LAYOUT, TRAINING_VOCAB_LAYOUT
 from xconf.runtime.requests import batch_size_from_requests
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
@@ -163,12 +175,12 @@ class TrainingEngine(_SyntheticEngine):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
-            "training.vocab_layout": self.vocab_layout(),
-            "training.compute_dtype": DTYPE_NAMES[self.model.embed.dtype],
-            "training.attention_backend": self.attention,
-            "training.sharding": "unsharded",
+            TRAINING_VOCAB_LAYOUT.name: self.vocab_layout(),
+            TRAINING_COMPUTE_DTYPE.path: DTYPE_NAMES[self.model.embed.dtype],
+            TRAINING_ATTENTION_BACKEND.path: self.attention,
+            TRAINING_SHARDING.path: "unsharded",
             # request lifecycle: observed after a call, from the requests that ran
-            "batch.size": batch_size_from_requests(self.request_sizes, self.request_size),
+            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.request_size),
         }
 
     def score(
@@ -215,13 +227,13 @@ class RolloutEngine(_SyntheticEngine):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
-            "rollout.vocab_layout": self.vocab_layout(),
-            "rollout.dtype": DTYPE_NAMES[self.model.embed.dtype],
-            "rollout.enable_prefix_caching": self.prefix_caching,
-            "rollout.enforce_eager": self.eager,
-            "rollout.tensor_parallel_size": 1,
-            "rollout.context_parallel_size": 1,
-            "batch.size": batch_size_from_requests(self.request_sizes, self.request_size),
+            ROLLOUT_VOCAB_LAYOUT.name: self.vocab_layout(),
+            ROLLOUT_DTYPE.path: DTYPE_NAMES[self.model.embed.dtype],
+            ROLLOUT_ENABLE_PREFIX_CACHING.path: self.prefix_caching,
+            ROLLOUT_ENFORCE_EAGER.path: self.eager,
+            ROLLOUT_TENSOR_PARALLEL_SIZE.path: 1,
+            ROLLOUT_CONTEXT_PARALLEL_SIZE.path: 1,
+            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.request_size),
         }
 
     def score(

@@ -7,7 +7,24 @@ from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
 from xconf.canonical import canonical_digest
-from xconf.knobs import DTYPES, KnobValueError, canonical
+from xconf.knobs import (
+    DTYPES,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_PARAM_DTYPE,
+    TRAINING_REDUCE_DTYPE,
+    TRAINING_SHARDING,
+    KnobValueError,
+    canonical,
+)
+from xconf.runtime.readback import (
+    TRAINING_DEVICE,
+    TRAINING_FSDP_WRAPPED_MODULES,
+    TRAINING_LAUNCHER_WORLD_SIZE,
+    TRAINING_MODEL_CLASS,
+    TRAINING_VOCAB_LAYOUT,
+    TRAINING_WORLD_SIZE,
+)
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
 
@@ -15,9 +32,9 @@ ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
 def normalize_sharding(value: str) -> str:
     """The canonical sharding (``unsharded`` or ``fsdp``) of any accepted spelling."""
     try:
-        return str(canonical("training.sharding", value))
+        return str(canonical(TRAINING_SHARDING.path, value))
     except KnobValueError as exc:
-        raise UnsupportedKnobError("unsupported_value", str(exc), "training.sharding") from exc
+        raise UnsupportedKnobError("unsupported_value", str(exc), TRAINING_SHARDING.path) from exc
 
 
 @dataclass(frozen=True)
@@ -41,19 +58,19 @@ class TrainingScorerConfig:
             raise UnsupportedKnobError(
                 "unsupported_value",
                 f"attention backend {self.attention_backend!r} not in {ATTENTION_BACKENDS}",
-                "training.attention_backend",
+                TRAINING_ATTENTION_BACKEND.path,
             )
         if self.attention_backend == "flash_attention_2" and self.device == "cpu":
             raise UnsupportedKnobError(
                 "unsupported_on_device",
                 "flash_attention_2 needs CUDA; this scorer runs on CPU",
-                "training.attention_backend",
+                TRAINING_ATTENTION_BACKEND.path,
             )
         if self.compute_dtype not in DTYPES:
             raise UnsupportedKnobError(
                 "unsupported_value",
                 f"compute dtype {self.compute_dtype!r} not in {DTYPES}",
-                "training.compute_dtype",
+                TRAINING_COMPUTE_DTYPE.path,
             )
         sharding = normalize_sharding(self.sharding)
         for name in ("param_dtype", "reduce_dtype"):
@@ -110,7 +127,7 @@ def decoder_layers(model: Any) -> list[Any]:
         raise UnsupportedKnobError(
             "unsupported_architecture",
             f"{type(model).__name__} has no model.layers to shard",
-            "training.sharding",
+            TRAINING_SHARDING.path,
         )
     return list(layers)
 
@@ -142,7 +159,7 @@ def apply_fsdp2(
         raise UnsupportedKnobError(
             "process_group_missing",
             "fsdp needs torch.distributed initialised by the launcher (torchrun, gloo)",
-            "training.sharding",
+            TRAINING_SHARDING.path,
         )
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -190,17 +207,17 @@ def readback(model: Any) -> dict[str, Any]:
     root_wrapped = isinstance(model, FSDPModule)
     sharding = "fsdp" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
     return {
-        "training.attention_backend": str(model.config._attn_implementation),
-        "training.compute_dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
-        "training.sharding": sharding,
-        "training.fsdp_wrapped_modules": wrapped,
+        TRAINING_ATTENTION_BACKEND.path: str(model.config._attn_implementation),
+        TRAINING_COMPUTE_DTYPE.path: dtypes[0] if len(dtypes) == 1 else dtypes,
+        TRAINING_SHARDING.path: sharding,
+        TRAINING_FSDP_WRAPPED_MODULES.name: wrapped,
         **_policy_readback(model if root_wrapped else None),
         # The ranks the parameters are really sharded over (the FSDP mesh), not the world.
-        "training.world_size": _mesh_size(params),
-        "training.launcher_world_size": dist.get_world_size() if dist.is_initialized() else 1,
-        "training.device": str(params[0].device) if params else "none",
-        "training.model_class": type(model).__name__,
-        "training.vocab_layout": _vocab_layout(model),
+        TRAINING_WORLD_SIZE.name: _mesh_size(params),
+        TRAINING_LAUNCHER_WORLD_SIZE.name: dist.get_world_size() if dist.is_initialized() else 1,
+        TRAINING_DEVICE.name: str(params[0].device) if params else "none",
+        TRAINING_MODEL_CLASS.name: type(model).__name__,
+        TRAINING_VOCAB_LAYOUT.name: _vocab_layout(model),
     }
 
 
@@ -230,13 +247,13 @@ def _mesh_size(params: list[Any]) -> int | None:
 def _policy_readback(root: Any) -> dict[str, str]:
     """The MixedPrecisionPolicy the FSDP2 root really runs with (``none`` per unset field)."""
     if root is None:  # an unsharded model has no policy
-        return {"training.param_dtype": "none", "training.reduce_dtype": "none"}
+        return {TRAINING_PARAM_DTYPE.path: "none", TRAINING_REDUCE_DTYPE.path: "none"}
     policy = root._get_fsdp_state()._mp_policy
 
     def name(dtype: Any) -> str:
         return "none" if dtype is None else str(dtype).removeprefix("torch.")
 
     return {
-        "training.param_dtype": name(policy.param_dtype),
-        "training.reduce_dtype": name(policy.reduce_dtype),
+        TRAINING_PARAM_DTYPE.path: name(policy.param_dtype),
+        TRAINING_REDUCE_DTYPE.path: name(policy.reduce_dtype),
     }

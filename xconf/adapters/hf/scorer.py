@@ -31,6 +31,8 @@ from xconf.adapters.hf.readonly import (
     restore_modes,
     state_digest,
 )
+from xconf.knobs import BATCH_SIZE, LOGP_BACKEND, TRAINING_REMOVE_PADDING
+from xconf.runtime.readback import TRAINING_REQUEST_SIZES, TRAINING_STATE_DIGEST
 from xconf.runtime.requests import batch_size_from_requests
 
 SelectedLogprobOp = Callable[[Any, Any, Any], Any]
@@ -48,13 +50,13 @@ def _selected(op: SelectedLogprobOp, logits: Any, targets: Any, active: Any) -> 
     out = op(logits, targets, active)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
         raise ScoringError(
-            "operator_output", "selected-logprob operator must return float32", "logp.backend"
+            "operator_output", "selected-logprob operator must return float32", LOGP_BACKEND.path
         )
     if tuple(out.shape) != (targets.shape[0],):
         raise ScoringError(
             "operator_output",
             f"operator returned shape {tuple(out.shape)}, expected ({targets.shape[0]},)",
-            "logp.backend",
+            LOGP_BACKEND.path,
         )
     return out
 
@@ -201,10 +203,10 @@ class HFTrainingScorer:
 
     def readback(self) -> dict[str, Any]:
         out = readback(self.model)
-        out["training.state_digest"] = state_digest(self.model).to_dict()
-        out["batch.size"] = batch_size_from_requests(self.request_sizes, self.last_request_size)
-        out["training.request_sizes"] = list(self.request_sizes)
+        out[TRAINING_STATE_DIGEST.name] = state_digest(self.model).to_dict()
+        out[BATCH_SIZE.path] = batch_size_from_requests(self.request_sizes, self.last_request_size)
+        out[TRAINING_REQUEST_SIZES.name] = list(self.request_sizes)
         # What the forwards really were: one packed row per request, or a padded batch.
         kinds = set(self.layouts)
-        out["training.remove_padding"] = (kinds.pop() == "packed") if len(kinds) == 1 else None
+        out[TRAINING_REMOVE_PADDING.path] = (kinds.pop() == "packed") if len(kinds) == 1 else None
         return out

@@ -18,7 +18,35 @@ from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, Unsuppo
 from xconf.adapters.vllm import heap
 from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
 from xconf.canonical import canonical_digest
-from xconf.knobs import DTYPES
+from xconf.knobs import (
+    BATCH_SIZE,
+    DTYPES,
+    LOGP_BACKEND,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+)
+from xconf.runtime.readback import (
+    ROLLOUT_BLOCK_SIZE,
+    ROLLOUT_COMPILATION_MODE,
+    ROLLOUT_CUDAGRAPH_MODE,
+    ROLLOUT_DECODE_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DEVICE,
+    ROLLOUT_KV_CACHE_MEMORY_BYTES,
+    ROLLOUT_LOGPROBS_MODE,
+    ROLLOUT_MAX_MODEL_LEN,
+    ROLLOUT_PREFIX_CACHE_HITS,
+    ROLLOUT_REQUEST_SIZES,
+    ROLLOUT_SEED,
+    ROLLOUT_WORKERS,
+    ROLLOUT_WORKERS_ERROR,
+    ROLLOUT_WORLD_SIZE,
+)
 from xconf.runtime.requests import batch_size_from_requests
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
@@ -49,44 +77,47 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
-    # Extended knobs (beyond the drift contract); None leaves the engine's own default.
-    kv_cache_dtype: str = "auto"
+    # Extended knobs (beyond the drift contract); None leaves the engine's own default (a
+    # declared knob the runtime could not materialize also arrives as None).
+    kv_cache_dtype: str | None = "auto"
     enable_chunked_prefill: bool | None = None
     max_num_batched_tokens: int | None = None
-    batch_invariant: bool = False
+    batch_invariant: bool | None = False
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
             raise UnsupportedKnobError(
-                "unsupported_value", f"dtype {self.dtype!r} not in {DTYPES}", "rollout.dtype"
+                "unsupported_value", f"dtype {self.dtype!r} not in {DTYPES}", ROLLOUT_DTYPE.path
             )
         if self.tensor_parallel_size < 1:
             raise UnsupportedKnobError(
                 "unsupported_value",
                 "tensor_parallel_size must be >= 1",
-                "rollout.tensor_parallel_size",
+                ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
         if self.logprobs_mode not in ("raw_logprobs", "raw_logits"):
             raise UnsupportedKnobError(
-                "unsupported_value", f"logprobs_mode {self.logprobs_mode!r}", "logp.backend"
+                "unsupported_value", f"logprobs_mode {self.logprobs_mode!r}", LOGP_BACKEND.path
             )
         if self.executor not in ("auto", "external_launcher"):
             raise UnsupportedKnobError(
-                "unsupported_value", f"executor {self.executor!r}", "rollout.tensor_parallel_size"
+                "unsupported_value",
+                f"executor {self.executor!r}",
+                ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
         if self.executor == "external_launcher" and not self.in_process:
             raise UnsupportedKnobError(
                 "unsupported_value",
                 "external_launcher needs the engine core in-process",
-                "rollout.tensor_parallel_size",
+                ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
                 "unsupported_value",
                 "kv_cache_memory_bytes must be positive",
-                "rollout.kv_cache_memory_bytes",
+                ROLLOUT_KV_CACHE_MEMORY_BYTES.name,
             )
 
     def fingerprint(self) -> str:
@@ -321,41 +352,43 @@ class VllmRolloutEngine:
         )
         mode = getattr(comp, "mode", None)
         out: dict[str, Any] = {
-            "rollout.dtype": str(mc.dtype).removeprefix("torch."),
+            ROLLOUT_DTYPE.path: str(mc.dtype).removeprefix("torch."),
             # Prefix caching counts as on only when the scored pass hit the cache: an engine
             # configured for it that served no cached token measured the uncached path.
-            "rollout.enable_prefix_caching": bool(cc.enable_prefix_caching)
+            ROLLOUT_ENABLE_PREFIX_CACHING.path: bool(cc.enable_prefix_caching)
             and self.prefix_cache_hits != 0,
-            "rollout.prefix_cache_hits": self.prefix_cache_hits,
-            "rollout.enforce_eager": bool(mc.enforce_eager),
-            "rollout.compilation_mode": getattr(mode, "name", str(mode)),
-            "rollout.cudagraph_mode": str(getattr(comp, "cudagraph_mode", None)),
-            "rollout.tensor_parallel_size": int(pc.tensor_parallel_size),
-            "rollout.world_size": int(pc.world_size),
-            "rollout.block_size": int(cc.block_size),
-            "rollout.kv_cache_memory_bytes": cc.kv_cache_memory_bytes,
-            "rollout.logprobs_mode": str(mc.logprobs_mode),
-            "rollout.max_model_len": int(mc.max_model_len),
-            "rollout.seed": mc.seed,
-            "rollout.device": str(vc.device_config.device_type),
-            "rollout.context_parallel_size": int(getattr(pc, "prefill_context_parallel_size", 1)),
-            "rollout.decode_context_parallel_size": int(
+            ROLLOUT_PREFIX_CACHE_HITS.name: self.prefix_cache_hits,
+            ROLLOUT_ENFORCE_EAGER.path: bool(mc.enforce_eager),
+            ROLLOUT_COMPILATION_MODE.name: getattr(mode, "name", str(mode)),
+            ROLLOUT_CUDAGRAPH_MODE.name: str(getattr(comp, "cudagraph_mode", None)),
+            ROLLOUT_TENSOR_PARALLEL_SIZE.path: int(pc.tensor_parallel_size),
+            ROLLOUT_WORLD_SIZE.name: int(pc.world_size),
+            ROLLOUT_BLOCK_SIZE.name: int(cc.block_size),
+            ROLLOUT_KV_CACHE_MEMORY_BYTES.name: cc.kv_cache_memory_bytes,
+            ROLLOUT_LOGPROBS_MODE.name: str(mc.logprobs_mode),
+            ROLLOUT_MAX_MODEL_LEN.name: int(mc.max_model_len),
+            ROLLOUT_SEED.name: mc.seed,
+            ROLLOUT_DEVICE.name: str(vc.device_config.device_type),
+            ROLLOUT_CONTEXT_PARALLEL_SIZE.path: int(
+                getattr(pc, "prefill_context_parallel_size", 1)
+            ),
+            ROLLOUT_DECODE_CONTEXT_PARALLEL_SIZE.name: int(
                 getattr(pc, "decode_context_parallel_size", 1)
             ),
-            "rollout.kv_cache_dtype": str(cc.cache_dtype),
-            "rollout.enable_chunked_prefill": bool(sc.enable_chunked_prefill),
-            "rollout.max_num_batched_tokens": int(sc.max_num_batched_tokens),
+            ROLLOUT_KV_CACHE_DTYPE.path: str(cc.cache_dtype),
+            ROLLOUT_ENABLE_CHUNKED_PREFILL.path: bool(sc.enable_chunked_prefill),
+            ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: int(sc.max_num_batched_tokens),
             # Read from the requests the engine answered, not echoed from the request.
-            "batch.size": batch_size_from_requests(self.request_sizes, self.last_batch_size),
-            "rollout.request_sizes": list(self.request_sizes),
+            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.last_batch_size),
+            ROLLOUT_REQUEST_SIZES.name: list(self.request_sizes),
         }
         try:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
-            out["rollout.workers"] = None
-            out["rollout.workers_error"] = f"{type(exc).__name__}: {exc}"
+            out[ROLLOUT_WORKERS.name] = None
+            out[ROLLOUT_WORKERS_ERROR.name] = f"{type(exc).__name__}: {exc}"
         else:
-            out["rollout.workers"] = list(workers)
+            out[ROLLOUT_WORKERS.name] = list(workers)
         return out
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import DEFAULT_PROMPTS, FrozenBatch, FrozenSample, assemble_scores
 from xconf.adapters.vllm.engine import VllmRolloutEngine
+from xconf.knobs import LOGP_BACKEND
 
 ROLLOUT_MODES: tuple[str, ...] = ("decode", "prefill")
 FORCED_TOKENS_KEY = "xconf_forced_tokens"  # same key as xconf.adapters.vllm.forcing
@@ -110,7 +111,7 @@ def _select(
         or tuple(out.shape) != (len(rows),)
     ):
         raise ScoringError(
-            "runtime.operator_output", "operator must return float32 [N]", "logp.backend"
+            "runtime.operator_output", "operator must return float32 [N]", LOGP_BACKEND.path
         )
     return [float(v) for v in out]
 
@@ -205,7 +206,7 @@ def score_frozen(
             "runtime.operator_engine_mismatch",
             f"engine built with logprobs_mode={engine.cfg.logprobs_mode} cannot serve "
             f"{'an injected operator' if op is not None else 'the native path'}",
-            "logp.backend",
+            LOGP_BACKEND.path,
         )
     scorer = _score_decode if mode == "decode" else _score_prefill
     # Engine state never carries over between cases: results must not depend on case order.

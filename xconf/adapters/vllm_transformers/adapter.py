@@ -10,7 +10,6 @@ operator gets the engine's full raw-logits rows instead (another engine construc
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,40 +18,23 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
 from xconf.adapters.vllm_transformers.delegating import Delegating
-from xconf.adapters.vllm_transformers.extended import EXTENDED as _EXTENDED
-from xconf.adapters.vllm_transformers.extended import rollout_extended, training_extended
+from xconf.adapters.vllm_transformers.handlers import HANDLERS
 from xconf.adapters.vllm_transformers.placement import (
     launched_world_size,
     process_group_context,
     rollout_executor,
 )
 from xconf.experiment import Identity
-from xconf.knobs import KNOBS, KnobValue, side_worlds
-from xconf.operators.catalog import Side
-from xconf.runtime.protocol import (
-    Engine,
-    KnobApplication,
-    RuntimeBinding,
-    SideBinding,
-    applied_application,
-    planned_application,
-    unsupported_application,
-)
+from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue, side_worlds
+from xconf.runtime.materialization import default_bind, settings_for
+from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, SideBinding
+from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.adapters.models.facts import ModelFacts
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
-# Knobs passed to the engines' constructors as they are (see _build_engine).
-_CONSTRUCTION_KNOBS = frozenset(
-    {
-        "rollout.dtype",
-        "rollout.enable_prefix_caching",
-        "rollout.enforce_eager",
-        "training.compute_dtype",
-    }
-)
 
 
 class VllmHfRuntime:
@@ -140,132 +122,52 @@ class VllmHfRuntime:
         return self._record
 
     # -- materialization (pure) ---------------------------------------------------------------
-    def _materialize(
-        self,
-        path: str,
-        side: Side,
-        value: KnobValue,
-        knobs: Mapping[str, KnobValue] | None = None,
-    ) -> KnobApplication:
-        """``knobs``: the case's other knob values (a mixed-precision policy needs FSDP2)."""
-        spec = self.record
-        if path in _EXTENDED:
-            return _EXTENDED[path](self.device, path, side, value, knobs or {})
-        if path == "batch.size":
-            return applied_application(
-                path, side, value, "frozen samples chunked into requests of this size"
-            )
-        if path == "rollout.tensor_parallel_size":
-            cores = os.cpu_count() or 1
-            world = launched_world_size()
-            reason = self._facts(spec).tp_reason(int(value))
-            if reason is not None:
-                allowed = ", ".join(map(str, self._facts(spec).tp_sizes))
-                return unsupported_application(
-                    path, side, value, f"{reason} (this model allows TP {allowed})"
-                )
-            if world > 1 and int(value) not in (1, world):
-                return unsupported_application(
-                    path,
-                    side,
-                    value,
-                    f"TP={value} in a {world}-rank launcher world (TP must be 1 or {world})",
-                )
-            evidence = rollout_executor(int(value), world)[2]
-            if self.device == "cpu" and int(value) > cores:
-                # vLLM's CPU workers are bound to cores round-robin; ranks that share a core
-                # run slower, but each still computes its own shard, as on its own core.
-                evidence += f" ({value} ranks share {cores} cores)"
-            return applied_application(path, side, value, evidence)
-        if path == "rollout.context_parallel_size":
-            if value == 1:
-                return planned_application(
-                    path, side, value, 1, "applied", "no context parallelism"
-                )
-            return unsupported_application(
-                path, side, value, f"vLLM on {self.device} has no context-parallel rollout here"
-            )
-        if path == "training.attention_backend":
-            if value == "flash_attention_2" and self.device == "cpu":
-                return unsupported_application(path, side, value, "flash_attention_2 needs CUDA")
-            chosen = "sdpa" if value == "native" else value
-            return planned_application(
-                path, side, value, chosen, "applied", f"transformers attn_implementation={chosen}"
-            )
-        if path == "training.sharding":
-            if value == "unsharded":
-                return applied_application(path, side, value, "one unsharded module")
-            world = launched_world_size()
-            degree = side_worlds({path: value}).training
-            if world < degree:
-                return unsupported_application(
-                    path,
-                    side,
-                    value,
-                    f"FSDP needs a process group of {degree} ranks, the launched world has "
-                    f"{world} (run under the torchrun launcher)",
-                )
-            return applied_application(
-                path,
-                side,
-                value,
-                f"FSDP2 fully_shard per decoder layer over ranks 0..{degree - 1} "
-                f"of the {world}-rank launched world",
-            )
-        if path in _CONSTRUCTION_KNOBS:
-            return applied_application(path, side, value, "set at engine construction")
-        # A knob this runtime has no code for is never reported as applied.
-        return unsupported_application(
-            path, side, value, f"the {self.runtime_kind} runtime has no {path}"
-        )
+    # How this runtime honours each knob (``handlers.py``); a knob without one is unsupported.
+    handlers: ClassVar[Handlers] = HANDLERS
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
+        _ = self.record  # a case binds only against the frozen checkpoint (its TP sizes)
         knobs = case.case.knob_dict()
-        sides: dict[Side, SideBinding] = {}
-        for side in ("rollout", "training"):
-            applications = tuple(
-                self._materialize(path, side, value, knobs)
-                for path, value in sorted(knobs.items())
-                if path != "logp.backend" and KNOBS[path].side in (side, "both")
-            )
-            if side == "rollout":
-                tp = int(knobs["rollout.tensor_parallel_size"])
-                world, rank = launched_world_size(), dict(process_group_context())["rank"]
-                executor, in_process, _ = rollout_executor(tp, world)
-                backend = {"external_launcher": "vllm-external-launcher"}.get(
-                    executor,
-                    "vllm-in-process"
-                    if in_process and tp == 1
-                    else ("vllm-multiproc" if tp > 1 else "vllm-engine-subprocess"),
-                )
-                context: tuple[tuple[str, Any], ...] = (
-                    ("backend", backend),
-                    ("rank", rank if executor == "external_launcher" else 0),
-                    ("world_size", tp),
-                    ("launcher_world_size", world),
-                )
-                dtype = knobs["rollout.dtype"]
-            else:
-                # The training group is fixed by the training knobs alone: a rollout TP case
-                # launches more ranks, never a wider FSDP group.
-                pg = dict(process_group_context())
-                context = (
-                    ("backend", pg["backend"]),
-                    ("rank", pg["rank"]),
-                    ("world_size", side_worlds(knobs).training),
-                    ("launcher_world_size", pg["world_size"]),
-                )
-                dtype = knobs["training.compute_dtype"]
-            sides[side] = SideBinding(side, applications, str(dtype), context)
-        return RuntimeBinding(
-            runtime_kind=self.runtime_kind,
-            case_id=case.case.case_id,
-            rollout=sides["rollout"],
-            training=sides["training"],
-            scorers=(
-                ("rollout", f"vllm-{identity.scoring_mode}/{ADAPTER_VERSION}"),
-                ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
-            ),
+        return default_bind(
+            self,
+            self.handlers,
+            case,
+            {"rollout": self._rollout_context(knobs), "training": self._training_context(knobs)},
+            self._scorers(identity),
+        )
+
+    def _rollout_context(self, knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
+        tp = int(knobs[ROLLOUT_TENSOR_PARALLEL_SIZE.path])
+        world, rank = launched_world_size(), dict(process_group_context())["rank"]
+        executor, in_process, _ = rollout_executor(tp, world)
+        backend = {"external_launcher": "vllm-external-launcher"}.get(
+            executor,
+            "vllm-in-process"
+            if in_process and tp == 1
+            else ("vllm-multiproc" if tp > 1 else "vllm-engine-subprocess"),
+        )
+        return (
+            ("backend", backend),
+            ("rank", rank if executor == "external_launcher" else 0),
+            ("world_size", tp),
+            ("launcher_world_size", world),
+        )
+
+    def _training_context(self, knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
+        # The training group is fixed by the training knobs alone: a rollout TP case
+        # launches more ranks, never a wider FSDP group.
+        pg = dict(process_group_context())
+        return (
+            ("backend", pg["backend"]),
+            ("rank", pg["rank"]),
+            ("world_size", side_worlds(knobs).training),
+            ("launcher_world_size", pg["world_size"]),
+        )
+
+    def _scorers(self, identity: Identity) -> tuple[tuple[str, str], ...]:
+        return (
+            ("rollout", f"vllm-{identity.scoring_mode}/{ADAPTER_VERSION}"),
+            ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
         )
 
     # -- engines ----------------------------------------------------------------------------
@@ -302,20 +204,23 @@ class VllmHfRuntime:
                 )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:
-        values = {k.path: k.materialized for k in binding.knobs}
         if binding.side == "training":
+            training = settings_for(binding, TrainingSettings)
             return self._transformers_scorer(
                 binding.dtype,
                 int(dict(binding.distributed_context)["world_size"]),
-                attention_backend=str(values["training.attention_backend"]),
-                sharding=str(values["training.sharding"]),
-                **training_extended(values),
+                attention_backend=str(training.attention_backend),
+                sharding=str(training.sharding),
+                param_dtype=training.param_dtype,
+                reduce_dtype=training.reduce_dtype,
+                remove_padding=training.remove_padding,
             )
         from xconf.adapters.vllm.engine import RolloutEngineConfig
         from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
 
+        rollout = settings_for(binding, RolloutSettings)
         native = case.operator("rollout").runtime_native
-        tp = int(values["rollout.tensor_parallel_size"] or 1)
+        tp = int(rollout.tensor_parallel_size or 1)
         executor, in_process, _ = rollout_executor(tp, launched_world_size())
         options = {
             **self.engine_options,
@@ -326,12 +231,15 @@ class VllmHfRuntime:
         rollout_cfg = RolloutEngineConfig(
             model_path=self.record.path,
             dtype=binding.dtype,
-            enable_prefix_caching=bool(values["rollout.enable_prefix_caching"]),
-            enforce_eager=bool(values["rollout.enforce_eager"]),
+            enable_prefix_caching=bool(rollout.enable_prefix_caching),
+            enforce_eager=bool(rollout.enforce_eager),
             tensor_parallel_size=tp,
             logprobs_mode="raw_logprobs" if native else "raw_logits",
             executor=executor,
-            **rollout_extended(values),
+            kv_cache_dtype=rollout.kv_cache_dtype,
+            enable_chunked_prefill=rollout.enable_chunked_prefill,
+            max_num_batched_tokens=rollout.max_num_batched_tokens,
+            batch_invariant=rollout.batch_invariant,
             tokenizer_path=self.record.tokenizer_path,
             trust_remote_code=self.model_options.trust_remote_code,
             **options,

@@ -9,6 +9,13 @@ from typing import Any
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch
 from xconf.experiment import Identity
+from xconf.knobs import (
+    ROLLOUT_BATCH_INVARIANT,
+    ROLLOUT_DTYPE,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_COMPUTE_DTYPE,
+)
 from xconf.runtime.protocol import (
     FrozenInputs,
     ReadbackFailure,
@@ -18,14 +25,21 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import SideGroup, from_rank0
+from xconf.runtime.readback import (
+    ROLLOUT_REQUEST_SIZES,
+    ROLLOUT_VOCAB_LAYOUT,
+    ROLLOUT_WORKER_STATE,
+    ROLLOUT_WORKERS,
+    ROLLOUT_WORKERS_ERROR,
+)
 
 # What only vLLM's workers can tell (through collective_rpc), by readback key.
 _WORKER_KEYS = (
-    "rollout.tensor_parallel_size",
-    "rollout.dtype",
-    "rollout.kv_cache_dtype",
-    "rollout.batch_invariant",
-    "rollout.vocab_layout",
+    ROLLOUT_TENSOR_PARALLEL_SIZE.path,
+    ROLLOUT_DTYPE.path,
+    ROLLOUT_KV_CACHE_DTYPE.path,
+    ROLLOUT_BATCH_INVARIANT.path,
+    ROLLOUT_VOCAB_LAYOUT.name,
 )
 
 
@@ -156,10 +170,12 @@ class VllmRolloutSide(_FrozenSide):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = self.engine.readback()
-        workers = live.get("rollout.workers")
+        workers = live.get(ROLLOUT_WORKERS.name)
         observed: dict[str, ReadbackValue]
         if workers is None:  # the workers could not be read: what only they know is an error
-            failure = ReadbackFailure(str(live.get("rollout.workers_error") or "no worker state"))
+            failure = ReadbackFailure(
+                str(live.get(ROLLOUT_WORKERS_ERROR.name) or "no worker state")
+            )
             observed = dict.fromkeys(_WORKER_KEYS, failure)
         else:
             tp = {w["tp_world_size"] for w in workers}
@@ -167,18 +183,18 @@ class VllmRolloutSide(_FrozenSide):
             kv = {d for w in workers for d in w["kv_cache_dtypes"]}
             invariant = {w["batch_invariant"] for w in workers}
             observed = {
-                "rollout.tensor_parallel_size": tp.pop() if len(tp) == 1 else None,
-                "rollout.dtype": dtypes.pop() if len(dtypes) == 1 else None,
-                "rollout.kv_cache_dtype": kv.pop() if len(kv) == 1 else None,
-                "rollout.batch_invariant": invariant.pop() if len(invariant) == 1 else None,
-                "rollout.vocab_layout": _vocab_layout(workers),
+                ROLLOUT_TENSOR_PARALLEL_SIZE.path: tp.pop() if len(tp) == 1 else None,
+                ROLLOUT_DTYPE.path: dtypes.pop() if len(dtypes) == 1 else None,
+                ROLLOUT_KV_CACHE_DTYPE.path: kv.pop() if len(kv) == 1 else None,
+                ROLLOUT_BATCH_INVARIANT.path: invariant.pop() if len(invariant) == 1 else None,
+                ROLLOUT_VOCAB_LAYOUT.name: _vocab_layout(workers),
             }
         out = {
             **live,
             # Worker-observed values take precedence over the resolved config.
             **observed,
-            "rollout.worker_state": repr(workers),
-            "rollout.request_sizes": repr(live.get("rollout.request_sizes")),
+            ROLLOUT_WORKER_STATE.name: repr(workers),
+            ROLLOUT_REQUEST_SIZES.name: repr(live.get(ROLLOUT_REQUEST_SIZES.name)),
         }
         return _readback_values(out)
 
@@ -258,9 +274,9 @@ class HfTrainingSide(_FrozenSide):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = dict(self.scorer.readback())
-        dtype = live.get("training.compute_dtype")
+        dtype = live.get(TRAINING_COMPUTE_DTYPE.path)
         if not isinstance(dtype, str):
-            live["training.compute_dtype"] = None  # mixed dtypes: not one observable value
+            live[TRAINING_COMPUTE_DTYPE.path] = None  # mixed dtypes: not one observable value
         return _readback_values(live)
 
     def close(self) -> None:

@@ -1,43 +1,43 @@
 """The extended knobs (beyond the drift contract's allowlist) on the vllm_hf runtime: what
 this machine can honour.
 
-Each entry maps a requested value to its materialized record, or to ``unsupported`` with
+Each handler maps a requested value to its materialized record, or to ``unsupported`` with
 the engine's own reason; the engines then read the live value back (``rollout.*`` from the
 vLLM config and workers, ``training.*`` from the FSDP2 state and the scorer's forwards).
+The contract knobs' handlers are in ``handlers.py``, which joins both tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from xconf.knobs import KnobValue
-from xconf.operators.catalog import Side
-from xconf.runtime.protocol import KnobApplication, applied_application, unsupported_application
+from xconf.knobs import (
+    ROLLOUT_BATCH_INVARIANT,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    TRAINING_PARAM_DTYPE,
+    TRAINING_REDUCE_DTYPE,
+    TRAINING_REMOVE_PADDING,
+    TRAINING_SHARDING,
+)
+from xconf.runtime.protocol import KnobApplication, KnobHandler, KnobRequest
 
-Materializer = Callable[[str, str, Side, KnobValue, Mapping[str, KnobValue]], KnobApplication]
 # vLLM 0.32's CPU attention backend (CPUAttentionBackend.supported_kv_cache_dtypes).
 CPU_KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def _kv_cache_dtype(
-    device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
-) -> KnobApplication:
-    if device == "cpu" and value not in CPU_KV_CACHE_DTYPES:
-        return unsupported_application(
-            path,
-            side,
-            value,
-            f"vLLM's CPU attention backend stores the KV cache only as {CPU_KV_CACHE_DTYPES}",
+def _kv_cache_dtype(request: KnobRequest) -> KnobApplication:
+    if request.runtime.device == "cpu" and request.value not in CPU_KV_CACHE_DTYPES:
+        return request.unsupported(
+            f"vLLM's CPU attention backend stores the KV cache only as {CPU_KV_CACHE_DTYPES}"
         )
-    return applied_application(path, side, value, f"vLLM engine built with kv_cache_dtype={value}")
+    return request.applied(f"vLLM engine built with kv_cache_dtype={request.value}")
 
 
-def _scheduler(
-    device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
-) -> KnobApplication:
-    name = path.split(".", 1)[1]
-    return applied_application(path, side, value, f"vLLM scheduler built with {name}={value}")
+def _scheduler(request: KnobRequest) -> KnobApplication:
+    name = request.path.split(".", 1)[1]
+    return request.applied(f"vLLM scheduler built with {name}={request.value}")
 
 
 def batch_invariant_support(device: str) -> str | None:
@@ -56,74 +56,39 @@ def batch_invariant_support(device: str) -> str | None:
     return None if HAS_TRITON else "batch-invariant kernels need Triton, which is not installed"
 
 
-def _batch_invariant(
-    device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
-) -> KnobApplication:
-    why = batch_invariant_support(device) if value else None
+def _batch_invariant(request: KnobRequest) -> KnobApplication:
+    why = batch_invariant_support(request.runtime.device) if request.value else None
     if why is not None:
-        return unsupported_application(path, side, value, why)
-    return applied_application(
-        path, side, value, f"VLLM_BATCH_INVARIANT={int(bool(value))} for the engine"
-    )
+        return request.unsupported(why)
+    return request.applied(f"VLLM_BATCH_INVARIANT={int(bool(request.value))} for the engine")
 
 
-def _mixed_precision(
-    device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
-) -> KnobApplication:
-    if value == "none":
-        return applied_application(path, side, value, "no FSDP2 mixed-precision policy field")
-    if knobs.get("training.sharding") != "fsdp":
-        return unsupported_application(
-            path,
-            side,
-            value,
+def _mixed_precision(request: KnobRequest) -> KnobApplication:
+    if request.value == "none":
+        return request.applied("no FSDP2 mixed-precision policy field")
+    if request.knobs.get(TRAINING_SHARDING.path) != "fsdp":
+        return request.unsupported(
             "a MixedPrecisionPolicy is applied by FSDP2 (fully_shard); this case's training "
-            "side is unsharded (set training.sharding=fsdp)",
+            f"side is unsharded (set {TRAINING_SHARDING.path}=fsdp)"
         )
-    field = path.split(".", 1)[1]
-    return applied_application(
-        path, side, value, f"fully_shard(mp_policy=MixedPrecisionPolicy({field}={value}))"
-    )
+    field = request.path.split(".", 1)[1]
+    return request.applied(f"fully_shard(mp_policy=MixedPrecisionPolicy({field}={request.value}))")
 
 
-def _remove_padding(
-    device: str, path: str, side: Side, value: KnobValue, knobs: Mapping[str, KnobValue]
-) -> KnobApplication:
-    evidence = (
+def _remove_padding(request: KnobRequest) -> KnobApplication:
+    return request.applied(
         "each request scored as one packed row (per-sample positions, no padding)"
-        if value
+        if request.value
         else "each request scored as a right-padded batch with an attention mask"
     )
-    return applied_application(path, side, value, evidence)
 
 
-EXTENDED: Mapping[str, Materializer] = {
-    "rollout.kv_cache_dtype": _kv_cache_dtype,
-    "rollout.enable_chunked_prefill": _scheduler,
-    "rollout.max_num_batched_tokens": _scheduler,
-    "rollout.batch_invariant": _batch_invariant,
-    "training.param_dtype": _mixed_precision,
-    "training.reduce_dtype": _mixed_precision,
-    "training.remove_padding": _remove_padding,
+EXTENDED: Mapping[str, KnobHandler] = {
+    ROLLOUT_KV_CACHE_DTYPE.path: KnobHandler(_kv_cache_dtype),
+    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: KnobHandler(_scheduler),
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: KnobHandler(_scheduler),
+    ROLLOUT_BATCH_INVARIANT.path: KnobHandler(_batch_invariant),
+    TRAINING_PARAM_DTYPE.path: KnobHandler(_mixed_precision),
+    TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision),
+    TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding),
 }
-
-
-def rollout_extended(values: Mapping[str, Any]) -> dict[str, Any]:
-    """RolloutEngineConfig fields for the extended rollout knobs a case declares."""
-    fields = {
-        "rollout.kv_cache_dtype": "kv_cache_dtype",
-        "rollout.enable_chunked_prefill": "enable_chunked_prefill",
-        "rollout.max_num_batched_tokens": "max_num_batched_tokens",
-        "rollout.batch_invariant": "batch_invariant",
-    }
-    return {field: values[path] for path, field in fields.items() if path in values}
-
-
-def training_extended(values: Mapping[str, Any]) -> dict[str, Any]:
-    """TrainingScorerConfig fields for the extended training knobs a case declares."""
-    fields = {
-        "training.param_dtype": "param_dtype",
-        "training.reduce_dtype": "reduce_dtype",
-        "training.remove_padding": "remove_padding",
-    }
-    return {field: values[path] for path, field in fields.items() if path in values}

@@ -9,37 +9,117 @@ teacher-forced reference pass and are reported ``unsupported`` when requested.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.vllm_transformers.adapter import ADAPTER_VERSION, VllmHfRuntime
 from xconf.adapters.vllm_transformers.delegating import Delegating
+from xconf.adapters.vllm_transformers.handlers import HANDLERS as VLLM_HF_HANDLERS
 from xconf.adapters.vllm_transformers.placement import process_group_context
 from xconf.experiment import Identity
-from xconf.knobs import KnobValue
-from xconf.operators.catalog import Side
+from xconf.knobs import (
+    BATCH_SIZE,
+    KNOBS,
+    ROLLOUT_BATCH_INVARIANT,
+    ROLLOUT_CONTEXT_PARALLEL_SIZE,
+    ROLLOUT_DTYPE,
+    ROLLOUT_ENABLE_CHUNKED_PREFILL,
+    ROLLOUT_ENABLE_PREFIX_CACHING,
+    ROLLOUT_ENFORCE_EAGER,
+    ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_COMPUTE_DTYPE,
+    TRAINING_SHARDING,
+    KnobValue,
+)
 from xconf.runtime.protocol import (
+    CHUNKED_REQUESTS,
     Engine,
+    Handlers,
     KnobApplication,
+    KnobHandler,
+    KnobRequest,
+    ReadBack,
     ReadbackValue,
-    RuntimeBinding,
     SideBinding,
-    applied_application,
-    unsupported_application,
+)
+from xconf.runtime.readback import (
+    ROLLOUT_ATTENTION_BACKEND,
+    ROLLOUT_VOCAB_LAYOUT,
+    ROLLOUT_WORLD_SIZE,
+    TRAINING_VOCAB_LAYOUT,
+    TRAINING_WORLD_SIZE,
 )
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
-_ONLY = {
-    "rollout.enable_prefix_caching": (False, "a teacher-forced reference pass has no KV cache"),
-    "rollout.enforce_eager": (True, "the reference scorer has no graph/compiled mode"),
-    "rollout.tensor_parallel_size": (1, "vocab-parallel TP needs the vocab-parallel operator"),
-    "rollout.context_parallel_size": (1, "no context parallelism in the reference scorer"),
-    "rollout.kv_cache_dtype": ("auto", "a teacher-forced reference pass has no KV cache"),
-    "rollout.enable_chunked_prefill": (False, "the reference scores each request in one pass"),
-    "rollout.max_num_batched_tokens": (None, "the reference scorer has no scheduler budget"),
-    "rollout.batch_invariant": (False, "the reference scorer has no batch-invariant mode"),
+
+def _fixed(allowed: KnobValue | None, why: str, reads: ReadBack | None) -> KnobHandler:
+    """A rollout setting the reference scorer has exactly one value of (``allowed``; None:
+    none at all): that value is applied, any other is unsupported with ``why``."""
+
+    def materialize(request: KnobRequest) -> KnobApplication:
+        if request.value == allowed:
+            return request.applied(f"fixed by the reference scorer: {why}")
+        return request.unsupported(why)
+
+    return KnobHandler(materialize, reads)
+
+
+def _constant(value: KnobValue) -> ReadBack:
+    return lambda live: value
+
+
+def _reads(name: str) -> ReadBack:
+    """The reference scorer's own reading ``name`` (a training-side name)."""
+    return lambda live: live.get(name)
+
+
+def _unsharded(live: Mapping[str, ReadbackValue]) -> ReadbackValue:
+    return 1 if live.get(TRAINING_SHARDING.path) == "unsharded" else None
+
+
+NO_KV_CACHE = "a teacher-forced reference pass has no KV cache"
+# The rollout side is the reference scorer, never vLLM: only these rollout settings exist,
+# each read back from the reference's own state (use_cache=False on every forward, eager
+# forwards, one unsharded module).
+REFERENCE: Mapping[str, KnobHandler] = {
+    ROLLOUT_DTYPE.path: KnobHandler(
+        lambda request: request.applied("reference scorer compute dtype"),
+        _reads(TRAINING_COMPUTE_DTYPE.path),
+    ),
+    ROLLOUT_ENABLE_PREFIX_CACHING.path: _fixed(False, NO_KV_CACHE, _constant(False)),
+    ROLLOUT_ENFORCE_EAGER.path: _fixed(
+        True, "the reference scorer has no graph/compiled mode", _constant(True)
+    ),
+    ROLLOUT_TENSOR_PARALLEL_SIZE.path: _fixed(
+        1, "vocab-parallel TP needs the vocab-parallel operator", _unsharded
+    ),
+    ROLLOUT_CONTEXT_PARALLEL_SIZE.path: _fixed(
+        1, "no context parallelism in the reference scorer", _constant(1)
+    ),
+    ROLLOUT_KV_CACHE_DTYPE.path: _fixed("auto", NO_KV_CACHE, _constant("auto")),
+    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: _fixed(
+        False, "the reference scores each request in one pass", _constant(False)
+    ),
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: _fixed(
+        None, "the reference scorer has no scheduler budget", None
+    ),
+    ROLLOUT_BATCH_INVARIANT.path: _fixed(
+        False, "the reference scorer has no batch-invariant mode", _constant(False)
+    ),
+    BATCH_SIZE.path: KnobHandler(CHUNKED_REQUESTS.materialize, _reads(BATCH_SIZE.path)),
 }
+# The training side is vllm_hf's own transformers scorer: its handlers, no rollout one.
+HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
+    {
+        **{p: h for p, h in VLLM_HF_HANDLERS.items() if KNOBS[p].side != "rollout"},
+        **REFERENCE,
+    }
+)
 
 
 class HfReferenceSide(Delegating):
@@ -47,20 +127,16 @@ class HfReferenceSide(Delegating):
 
     def readback(self) -> Mapping[str, ReadbackValue]:
         live = self._inner.readback()
-        wrapped = live.get("training.sharding")
+        knobs = {
+            path: handler.readback(live)
+            for path, handler in REFERENCE.items()
+            if handler.readback is not None
+        }
         return {
-            "rollout.dtype": live.get("training.compute_dtype"),
-            "rollout.enable_prefix_caching": False,  # use_cache=False on every forward
-            "rollout.enforce_eager": True,
-            "rollout.tensor_parallel_size": 1 if wrapped == "unsharded" else None,
-            "rollout.context_parallel_size": 1,
-            "rollout.world_size": live.get("training.world_size"),
-            "rollout.kv_cache_dtype": "auto",
-            "rollout.enable_chunked_prefill": False,
-            "rollout.batch_invariant": False,
-            "batch.size": live.get("batch.size"),
-            "rollout.attention_backend": live.get("training.attention_backend"),
-            "rollout.vocab_layout": live.get("training.vocab_layout"),
+            **knobs,
+            ROLLOUT_WORLD_SIZE.name: live.get(TRAINING_WORLD_SIZE.name),
+            ROLLOUT_ATTENTION_BACKEND.name: live.get(TRAINING_ATTENTION_BACKEND.path),
+            ROLLOUT_VOCAB_LAYOUT.name: live.get(TRAINING_VOCAB_LAYOUT.name),
         }
 
 
@@ -69,49 +145,19 @@ class HfPairRuntime(VllmHfRuntime):
 
     runtime_kind = "hf-pair"
     max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 2, "training": 2}
+    handlers: ClassVar[Handlers] = HANDLERS
 
-    def _materialize(
-        self,
-        path: str,
-        side: Side,
-        value: KnobValue,
-        knobs: Mapping[str, KnobValue] | None = None,
-    ) -> KnobApplication:
-        if path in _ONLY:
-            allowed, why = _ONLY[path]
-            if value == allowed:
-                return applied_application(
-                    path, side, value, f"fixed by the reference scorer: {why}"
-                )
-            return unsupported_application(path, side, value, why)
-        if path == "rollout.dtype":
-            return applied_application(path, side, value, "reference scorer compute dtype")
-        if side == "rollout" and path.startswith("rollout."):
-            # The rollout side is the reference scorer, never vLLM: no other rollout knob.
-            return unsupported_application(path, side, value, "not a reference-scorer setting")
-        return super()._materialize(path, side, value, knobs)
-
-    def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
-        binding = super().bind(case, identity)
-        rollout = SideBinding(
-            "rollout",
-            binding.rollout.knobs,
-            binding.rollout.dtype,
-            (
-                ("backend", "none"),
-                ("rank", dict(process_group_context())["rank"]),
-                ("world_size", 1),
-            ),
+    def _rollout_context(self, knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
+        return (
+            ("backend", "none"),
+            ("rank", dict(process_group_context())["rank"]),
+            ("world_size", 1),
         )
-        return RuntimeBinding(
-            runtime_kind=self.runtime_kind,
-            case_id=binding.case_id,
-            rollout=rollout,
-            training=binding.training,
-            scorers=(
-                ("rollout", f"transformers-reference/{ADAPTER_VERSION}"),
-                ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
-            ),
+
+    def _scorers(self, identity: Identity) -> tuple[tuple[str, str], ...]:
+        return (
+            ("rollout", f"transformers-reference/{ADAPTER_VERSION}"),
+            ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
         )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:

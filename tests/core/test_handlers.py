@@ -1,0 +1,53 @@
+"""Every knob goes through one mechanism on every runtime: the runtime's handler table and the
+one default bind (``runtime/materialization.default_bind``). A knob with no handler is
+unsupported by construction, contract and extended knobs alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from xconf.adapters.cpu_smoke.adapter import HANDLERS as CPU_SMOKE
+from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+from xconf.adapters.vllm_transformers.handlers import HANDLERS as VLLM_HF
+from xconf.adapters.vllm_transformers.hf_pair import HANDLERS as HF_PAIR
+from xconf.config.strict import parse_experiment
+from xconf.execution_plan import build_execution_plan
+from xconf.experiment import EXPERIMENT_SCHEMA_V2
+from xconf.knobs import (
+    CONTRACT_KNOBS,
+    KNOBS,
+    LOGP_BACKEND,
+    ROLLOUT_KV_CACHE_DTYPE,
+)
+from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
+from xconf.planner import plan_experiment
+from xconf.testing.smoke_ops import register_smoke_operators
+
+# logp.backend is the operator binding's (materialization.backend_application), no handler's.
+BOUND = frozenset(KNOBS) - {LOGP_BACKEND.path}
+
+
+@pytest.mark.parametrize(
+    ("handlers", "honoured"),
+    [(VLLM_HF, BOUND), (HF_PAIR, BOUND), (CPU_SMOKE, CONTRACT_KNOBS & BOUND)],
+    ids=["vllm_hf", "hf_pair", "cpu_smoke"],
+)
+def test_each_runtime_declares_one_handler_per_knob_it_honours(handlers, honoured) -> None:
+    assert set(handlers) == honoured
+
+
+def test_the_default_bind_reports_a_knob_without_a_handler_unsupported(s0_doc) -> None:
+    s0_doc["schema_version"] = EXPERIMENT_SCHEMA_V2
+    s0_doc["baseline"]["rollout"]["kv_cache_dtype"] = "auto"
+    plan = plan_experiment(parse_experiment(s0_doc))
+    catalog = SemanticOperatorCatalog.from_entry_points()
+    register_smoke_operators(catalog)
+    policy = ResolutionPolicy(allow_smoke_operators=True)
+    case = build_execution_plan(plan, catalog, policy).cases[0]
+    binding = CpuSmokeRuntime().bind(case, plan.spec.identity)
+    kv = next(k for k in binding.rollout.knobs if k.path == ROLLOUT_KV_CACHE_DTYPE.path)
+    assert (kv.status, kv.materialized) == ("unsupported", None)
+    assert kv.evidence == f"the cpu-smoke runtime has no {ROLLOUT_KV_CACHE_DTYPE.path}"
+    assert {k.path for k in binding.rollout.knobs} | {
+        k.path for k in binding.training.knobs
+    } == set(case.case.knob_dict()) - {LOGP_BACKEND.path}
