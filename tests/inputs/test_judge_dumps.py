@@ -248,7 +248,7 @@ def test_a_verl_sized_dump_judges_seals_reports_and_verifies(xconf_cli, tmp_path
     for name in ("identity.json", "actual.json", "requested.json", "materialized.json"):
         assert (attempt / name).stat().st_size < 64 * 1024, name
     score = load_file(str(attempt / "score_rollout.safetensors"))
-    assert torch.equal(score["selected_token_ids"], ids)
+    assert torch.equal(score["token_ids"].long(), ids)
     assert (run / "report.html").is_file()
     assert xconf_cli("verify", run)[0] == 0
 

@@ -120,15 +120,22 @@ def _as_dir(directory: Dir | Path) -> tuple[Dir, bool]:
     return open_root(directory, create=False), True
 
 
+Parts = tuple[bytes | memoryview, ...]  # a file given as its consecutive pieces
+CHUNK = 16 << 20  # bytes hashed and written at a time: the digest reads them while cached
+
+
 def publish_bytes(
     directory: Dir | Path,
     name: str,
-    data: bytes,
+    data: bytes | Parts,
     *,
     staging: Dir | Path | None = None,
     replace: bool = False,
 ) -> str:
     """Write ``data`` as ``directory/name`` atomically and durably; returns its sha256.
+
+    ``data`` may be the file's consecutive parts (a header and views of tensor memory): they
+    are written and digested in place, so a large payload is never joined into one copy.
 
     The bytes go to a fresh temporary file (``O_EXCL | O_NOFOLLOW``) in ``staging`` (same
     filesystem) or ``directory``, are fsynced, then linked into place: ``link`` refuses an
@@ -159,9 +166,7 @@ def publish_bytes(
             raise io_error(exc, final) from None
         try:
             try:
-                pending = memoryview(data)
-                while pending:  # a short write (file-size limit, full disk) is not a success
-                    pending = pending[os.write(fd, pending) :]
+                digest = _write_parts(fd, (data,) if isinstance(data, bytes) else data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -190,7 +195,20 @@ def publish_bytes(
             stage.close()
         if close_target:
             target.close()
-    return hashlib.sha256(data).hexdigest()
+    return digest
+
+
+def _write_parts(fd: int, parts: Parts) -> str:
+    """Write every part in order (a short write is not a success); the SHA-256 of them all."""
+    digest = hashlib.sha256()
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for start in range(0, len(view), CHUNK):
+            pending = view[start : start + CHUNK]
+            digest.update(pending)
+            while pending:  # a short write (file-size limit, full disk) is not a success
+                pending = pending[os.write(fd, pending) :]
+    return digest.hexdigest()
 
 
 def write_file(path: Path, data: bytes) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
-from xconf.case_documents import TENSOR_SCHEMA, score_tensors
+from xconf.case_documents import TENSOR_SCHEMA, score_logprobs
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
@@ -29,8 +29,9 @@ from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
 # v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
-# payloads in safetensors only, verl's figures in the dumped dtype.
-JUDGE_VERSION = "xconf-judge.v2"
+# payloads in safetensors only, verl's figures in the dumped dtype. v3: one token table
+# (score_rollout.safetensors; token ids int32 when they fit), score_training holds logprobs.
+JUDGE_VERSION = "xconf-judge.v3"
 RUNTIME_KIND = "judge"
 
 
@@ -81,7 +82,14 @@ def resolve_dtypes(
     return JudgedCase(dump, roll, train, correction)
 
 
-TOKEN_PAYLOAD = ("score_rollout.safetensors", ("token_ids", "selected_token_ids", "active_mask"))
+# The one token table of a judged attempt: a verl dump's scored tokens are its response
+# tokens, so selected_token_ids is stored once, as token_ids (xconf.runtime.rederive reads it).
+TOKEN_FILE = "score_rollout.safetensors"
+TOKEN_PAYLOAD = {
+    "file": TOKEN_FILE,
+    "tensors": ["token_ids", "active_mask"],
+    "same_as": {"selected_token_ids": "token_ids"},
+}
 
 
 def _identity(case: JudgedCase) -> Identity:
@@ -118,7 +126,7 @@ def _identity(case: JudgedCase) -> Identity:
                 "shape": [b, t],
                 "ragged": d.ragged,
                 "active_tokens": int(d.mask.sum()),
-                "token_payload": {"file": TOKEN_PAYLOAD[0], "tensors": list(TOKEN_PAYLOAD[1])},
+                "token_payload": TOKEN_PAYLOAD,
             },
             allow_nan=False,
         ),
@@ -131,8 +139,7 @@ def _inputs(dump: Dump) -> FrozenInputs:
     ids = dump.responses if dump.responses is not None else torch.zeros((b, t), dtype=torch.int64)
     return FrozenInputs(
         token_ids=ids,
-        # a tensor of its own: safetensors refuses two names for one storage in one file
-        selected_token_ids=ids.clone(),
+        selected_token_ids=ids,  # the scored tokens are the response tokens (one table)
         active_mask=dump.mask,
         attention_mask=dump.mask,
         position_ids=torch.arange(t).expand(b, t),
@@ -218,17 +225,27 @@ def judge_cases(
         rollout, training, outcome = verdict(case, identity)
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
-        tensors = {
-            "score_rollout.safetensors": score_tensors(rollout),
-            "score_training.safetensors": score_tensors(training),
-            "token_diffs.safetensors": outcome.token_diffs,
-        }
+        tensors = {**score_files(rollout, training), "token_diffs.safetensors": outcome.token_diffs}
         published = store.publish_attempt(
             case.case_id, key, documents, tensors, outcome.document["result"]
         )
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, torch.Tensor]]:
+    """The score files of a judged attempt: the one token table (:data:`TOKEN_PAYLOAD`) beside
+    the rollout logprobs, the training logprobs alone. Token ids are stored as int32 when every
+    one fits (a vocabulary below 2**31), so the table costs 4 bytes a token, not 8."""
+    ids = rollout.scored_token_ids
+    narrow = ids.numel() == 0 or int(ids.max()) <= torch.iinfo(torch.int32).max
+    table = {
+        "logprobs": score_logprobs(rollout),
+        "token_ids": ids.to(torch.int32 if narrow else torch.int64).contiguous(),
+        "active_mask": rollout.scored_active_mask.to(torch.uint8).contiguous(),
+    }
+    return {TOKEN_FILE: table, "score_training.safetensors": {"logprobs": score_logprobs(training)}}
 
 
 def verdict(
