@@ -114,7 +114,7 @@ def _drift_profile(diff: torch.Tensor, active: torch.Tensor) -> list[dict[str, A
     """Per position: active count, mean and max |diff| (inactive diffs are 0 by construction)."""
     counts = active.sum(0)
     sums = diff.double().sum(0)
-    peaks = diff.double().max(0).values
+    peaks = diff.max(0).values.double()  # the max widened is the max of the widened values
     return [
         {
             "position": position,
@@ -133,19 +133,25 @@ def _diagnostics(
     active: torch.Tensor,
     inputs: FrozenInputs,
 ) -> dict[str, Any]:
+    # One figure at a time, temporaries freed and terms taken in place: at verl's batch sizes
+    # every [B, T] copy counts. The same operations on the same values: the same bits.
     selected = diff[active]
     values = selected.double()
+    diff_figures = {
+        "mean": float(values.mean()),
+        **quantiles(selected, PERCENTILES),
+        "max": float(values.max()),
+    }
+    del selected, values
     delta = (training - rollout)[active].double()
-    worst_flat = int(torch.argmax(torch.where(active, diff, torch.full_like(diff, -1.0))))
+    # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
+    approx_kl = float(torch.exp(delta).sub_(delta).sub_(1.0).mean())
+    del delta
+    worst_flat = int(torch.argmax(diff.masked_fill(~active, -1.0)))
     b, t = divmod(worst_flat, diff.shape[1])
     return {
-        "diff": {
-            "mean": float(values.mean()),
-            **quantiles(selected, PERCENTILES),
-            "max": float(values.max()),
-        },
-        # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
-        "approx_kl": float((torch.exp(delta) - delta - 1.0).mean()),
+        "diff": diff_figures,
+        "approx_kl": approx_kl,
         "worst_token": {
             "batch": b,
             "position": t,
@@ -211,15 +217,14 @@ def compare(
     dtype = torch.float64 if rollout.logprobs.dtype == torch.float64 else torch.float32
     roll = rollout.logprobs.to(dtype)
     train = training.logprobs.to(dtype)
-    zeros = torch.zeros_like(roll)
-    gap = torch.abs(train - roll)
-    diff = torch.where(active, gap, zeros)
+    # [B, T] temporaries: at verl scale every one of them counts, so they are taken in place
+    gap = (train - roll).abs_()
     mismatch = active & (gap > threshold.value)
-    del gap  # a [B, T] temporary: at verl scale every one of them counts
+    diff = gap.masked_fill_(~active, 0.0)  # where(active, gap, 0), in place
     active_count = int(active.sum())
     token_diffs = {
-        "rollout_logprobs": torch.where(active, roll, zeros).contiguous(),
-        "training_logprobs": torch.where(active, train, zeros).contiguous(),
+        "rollout_logprobs": torch.where(active, roll, 0.0).contiguous(),
+        "training_logprobs": torch.where(active, train, 0.0).contiguous(),
         "active_mask": active.to(torch.uint8).contiguous(),
         "abs_diff": diff.contiguous(),
         "mismatch_mask": mismatch.to(torch.uint8).contiguous(),
