@@ -10,6 +10,7 @@ import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
 from xconf.rollout_correction import Correction, rollout_correction
+from xconf.rollout_correction.offpolicy import Selection
 from xconf.runtime.protocol import FrozenInputs, SideScore
 
 Result = Literal[
@@ -135,7 +136,8 @@ def _diagnostics(
 ) -> dict[str, Any]:
     # One figure at a time, temporaries freed and terms taken in place: at verl's batch sizes
     # every [B, T] copy counts. The same operations on the same values: the same bits.
-    selected = diff[active]
+    select = Selection.of(active)  # diff[active], as one parallel gather
+    selected = select(diff)
     values = selected.double()
     diff_figures = {
         "mean": float(values.mean()),
@@ -143,7 +145,8 @@ def _diagnostics(
         "max": float(values.max()),
     }
     del selected, values
-    delta = (training - rollout)[active].double()
+    delta = select(training - rollout).double()
+    del select
     # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
     approx_kl = float(torch.exp(delta).sub_(delta).sub_(1.0).mean())
     del delta
@@ -184,6 +187,7 @@ def compare(
             identity={"valid": False, "violations": violations},
         )
         return ComparisonOutcome(doc, {})
+    select = Selection.of(active)  # lp[active], as one parallel gather
     for name, score in (("rollout", rollout), ("training", training)):
         lp = score.logprobs
         if lp.shape != active.shape:
@@ -196,7 +200,7 @@ def compare(
         if not lp.is_floating_point():
             doc.update(result="invalid_artifact", reason=f"{name} logprobs are {lp.dtype}")
             return ComparisonOutcome(doc, {})
-        scores = lp[active]
+        scores = select(lp)
         if not bool(torch.isfinite(scores).all()):
             doc.update(result="invalid_artifact", reason=f"{name} has non-finite active scores")
             return ComparisonOutcome(doc, {})
@@ -210,6 +214,7 @@ def compare(
                 f"{threshold.value:g}): p > 1 is not a probability",
             )
             return ComparisonOutcome(doc, {})
+    del select, scores
     if rollout.logprobs.dtype != training.logprobs.dtype:
         doc.update(result="invalid_artifact", reason="the two sides report different dtypes")
         return ComparisonOutcome(doc, {})

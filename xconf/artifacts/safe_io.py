@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 import shutil
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from xconf.artifacts.layout import attempt_name, attempt_number, sha256_file
+from xconf.artifacts.layout import StreamDigest, attempt_name, attempt_number, sha256_file
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
 
@@ -199,16 +198,17 @@ def publish_bytes(
 
 
 def _write_parts(fd: int, parts: Parts) -> str:
-    """Write every part in order (a short write is not a success); the SHA-256 of them all."""
-    digest = hashlib.sha256()
-    for part in parts:
-        view = memoryview(part).cast("B")
-        for start in range(0, len(view), CHUNK):
-            pending = view[start : start + CHUNK]
-            digest.update(pending)
-            while pending:  # a short write (file-size limit, full disk) is not a success
-                pending = pending[os.write(fd, pending) :]
-    return digest.hexdigest()
+    """Write every part in order (a short write is not a success); the SHA-256 of them all,
+    each chunk hashed while it is written."""
+    with StreamDigest() as digest:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), CHUNK):
+                pending = view[start : start + CHUNK]
+                digest.update(pending)
+                while pending:  # a short write (file-size limit, full disk) is not a success
+                    pending = pending[os.write(fd, pending) :]
+        return digest.hexdigest()
 
 
 def write_file(path: Path, data: bytes) -> None:

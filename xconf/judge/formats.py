@@ -12,7 +12,6 @@ so a mask can be built from them. Pickle formats are refused before the file is 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -24,7 +23,7 @@ from typing import Any
 
 import torch
 
-from xconf.artifacts.layout import UNBOUNDED, open_regular
+from xconf.artifacts.layout import UNBOUNDED, StreamDigest, open_regular
 from xconf.errors import ArtifactError, XconfError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
@@ -90,19 +89,21 @@ def read_once(path: Path) -> tuple[bytearray, str]:
                     str(path),
                 ) from None
             view = memoryview(buffer)
-            digest = hashlib.sha256()
             done = 0
-            while done < size:
-                got = os.readv(fd, [view[done : done + (64 << 20)]])
-                if got == 0:
+            with StreamDigest() as digest:  # each chunk hashed while the next is read
+                while done < size:
+                    got = os.readv(fd, [view[done : done + (16 << 20)]])
+                    if got == 0:
+                        raise JudgeError(
+                            "judge.changed", f"{path.name} shrank while it was read", str(path)
+                        )
+                    digest.update(view[done : done + got])
+                    done += got
+                if os.read(fd, 1):
                     raise JudgeError(
-                        "judge.changed", f"{path.name} shrank while it was read", str(path)
+                        "judge.changed", f"{path.name} grew while it was read", str(path)
                     )
-                digest.update(view[done : done + got])
-                done += got
-            if os.read(fd, 1):
-                raise JudgeError("judge.changed", f"{path.name} grew while it was read", str(path))
-            return buffer, digest.hexdigest()
+                return buffer, digest.hexdigest()
     except FileNotFoundError:
         raise JudgeError("judge.missing_file", "dump file does not exist", str(path)) from None
     except ArtifactError as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -76,6 +77,29 @@ def masked_mean(
     """verl's masked mean: the masked sum over ``count + 1e-8``, in the promoted dtype."""
     count = mask.sum() if dim is None else mask.sum(dim)
     return masked_sum(values, mask, dim, owned=owned) / (count + EPS)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """``torch.masked_select(values, mask)`` for any ``values`` of the mask's shape: the same
+    elements in the same (row-major) order, so the same bits. The mask's positions are found
+    once, and each selection is one parallel gather: ``masked_select`` scans serially, and at
+    verl's 16M tokens it was the slowest step of the figures."""
+
+    index: torch.Tensor
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> Selection:
+        return cls(mask.bool().reshape(-1).nonzero().squeeze(1))
+
+    def __call__(self, values: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            return torch.take(values, self.index)
+        return torch.take(values, self.index, out=out)
+
+    @property
+    def count(self) -> int:
+        return self.index.numel()
 
 
 def _item(value: torch.Tensor | float) -> float:
@@ -137,9 +161,10 @@ def verl_debug(
     if not bool(active.any()):
         nan = float("nan")
         return {DEBUG[0]: 0.0, **{name: nan for name in DEBUG[1:]}}
+    select = Selection.of(active)
     actor = torch.exp(training)
     roll = torch.exp(rollout)
-    diff = torch.masked_select((actor - roll).abs_(), active)
+    diff = select((actor - roll).abs_())
     figures = {
         DEBUG[0]: 1.0,
         DEBUG[1]: _item(torch.max(diff)),
@@ -148,16 +173,14 @@ def verl_debug(
     }
     del diff
     if actor.dtype != roll.dtype:  # verl's stack promotes the two: as it does
-        figures[DEBUG[4]] = _item(
-            _pearson(torch.masked_select(actor, active), torch.masked_select(roll, active))
-        )
+        figures[DEBUG[4]] = _item(_pearson(select(actor), select(roll)))
         return figures
     # verl stacks the two selections: selected straight into the stacked rows (same values)
-    both = torch.empty((2, int(active.sum())), dtype=actor.dtype)
-    torch.masked_select(actor, active, out=both[0])
+    both = torch.empty((2, select.count), dtype=actor.dtype)
+    select(actor, out=both[0])
     del actor
-    torch.masked_select(roll, active, out=both[1])
-    del roll
+    select(roll, out=both[1])
+    del roll, select
     figures[DEBUG[4]] = _item(torch.corrcoef(both)[0][1])
     return figures
 
