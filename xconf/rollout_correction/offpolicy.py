@@ -185,7 +185,9 @@ def verl_debug(
     return figures
 
 
-ROWS = 256  # rows per block of the float64 pass: memory stays bounded at any batch size
+# Tokens per block of the float64 pass (whole rows, at least one): a dozen float64 block
+# temporaries stay near 12 MiB at any batch size, a small fraction of a verl batch's bytes.
+BLOCK_TOKENS = 1 << 17
 
 
 def _blocks(
@@ -193,8 +195,9 @@ def _blocks(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(rollout, training, active) in float64 blocks of rows; inactive entries are 0."""
     zero = torch.zeros((), dtype=torch.float64)
-    for start in range(0, rollout.shape[0], ROWS):
-        rows = slice(start, start + ROWS)
+    step = max(1, BLOCK_TOKENS // max(1, rollout.shape[1]))
+    for start in range(0, rollout.shape[0], step):
+        rows = slice(start, start + step)
         active = mask[rows].bool()
         r = torch.where(active, rollout[rows].to(torch.float64), zero)
         t = torch.where(active, training[rows].to(torch.float64), zero)
