@@ -23,7 +23,7 @@ from xconf.artifacts.store import read_tensors
 from xconf.comparison import _diagnostics, finite_document, recompute_result, verdict_threshold
 from xconf.contract.loader import load_contract
 from xconf.errors import ArtifactError, XconfError
-from xconf.runtime.rederive import token_payload
+from xconf.runtime.rederive import TokenPayload, token_payload
 
 RECOMPUTABLE = frozenset({"pass", "fail", "zero_active_tokens"})
 DIAGNOSTIC_KEYS = ("mismatch_ratio", "diff", "approx_kl", "worst_token", "drift_profile")
@@ -103,8 +103,6 @@ def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     if isinstance(documents, str):
         return documents
     payload = token_payload(documents["identity.json"])
-    selected = "selected_token_ids"
-    selected = selected if payload is None else payload.stored_name(selected)
     try:
         doc = read_bounded_json(path / COMPARISON_NAME)
         diffs = read_tensors(path / TOKEN_DIFFS_NAME)
@@ -125,7 +123,7 @@ def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     if result not in RECOMPUTABLE:
         return f"result {result!r} but token-level tensors are present"
     try:
-        return _check_recomputation(doc, diffs, scores, selected)
+        return _check_recomputation(doc, diffs, scores, payload)
     except Exception as exc:  # wrong shapes or dtypes in resealed tensors are damage too
         return f"token_diffs.safetensors is malformed: {type(exc).__name__}: {exc}"
 
@@ -134,7 +132,7 @@ def _check_recomputation(
     doc: Mapping[str, Any],
     diffs: dict[str, torch.Tensor],
     scores: Mapping[str, Mapping[str, torch.Tensor]],
-    selected: str,
+    payload: TokenPayload | None,
 ) -> str | None:
     result = doc.get("result")
     recomputed, mismatches = recompute_result(diffs)
@@ -173,6 +171,8 @@ def _check_recomputation(
         if verdict_threshold(expected, dtype) != threshold:
             return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
+        if "logprobs" not in score and payload is not None and payload.logprobs == TOKEN_DIFFS_NAME:
+            continue  # a judged dump's logprobs are stored once, in token_diffs (identity.json)
         try:
             logprobs = score["logprobs"]
         except KeyError:
@@ -184,6 +184,8 @@ def _check_recomputation(
             return f"{SCORE_FILES[side]} disagrees with token_diffs.safetensors"
     if recomputed == "zero_active_tokens":
         return None
+    selected = "selected_token_ids"
+    selected = selected if payload is None else payload.stored_name(selected)
     return check_diagnostics(doc, diffs, scores["rollout"], selected)
 
 

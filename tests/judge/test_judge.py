@@ -162,12 +162,16 @@ def test_token_ids_from_responses_or_input_ids(xconf_cli, tmp_path: Path, key: s
     from safetensors.torch import load_file
 
     score = load_file(str(attempt / "score_rollout.safetensors"))
-    # one token table: the scored tokens are the response tokens, stored once (int32 fits)
-    assert identity["recipe"]["token_payload"]["same_as"] == {"selected_token_ids": "token_ids"}
-    assert set(score) == {"logprobs", "token_ids", "active_mask"}
+    # every per-token payload once: one token table (the scored tokens are the response
+    # tokens; int32 fits), both sides' logprobs in token_diffs alone
+    payload = identity["recipe"]["token_payload"]
+    assert payload["same_as"] == {"selected_token_ids": "token_ids"}
+    assert payload["logprobs"] == "token_diffs.safetensors"
+    assert set(score) == {"token_ids", "active_mask"}
     assert score["token_ids"].dtype == torch.int32 and torch.equal(score["token_ids"].long(), ids)
-    training = load_file(str(attempt / "score_training.safetensors"))
-    assert set(training) == {"logprobs"}
+    assert load_file(str(attempt / "score_training.safetensors")) == {}
+    diffs = load_file(str(attempt / "token_diffs.safetensors"))
+    assert torch.equal(diffs["rollout_logprobs"], torch.where(MASK.bool(), R, 0.0))
 
 
 def test_an_attempt_of_the_older_layout_still_verifies(tmp_path: Path, monkeypatch) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
-from xconf.case_documents import TENSOR_SCHEMA, score_logprobs
+from xconf.case_documents import TENSOR_SCHEMA
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
@@ -29,8 +29,9 @@ from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
 # v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
-# payloads in safetensors only, verl's figures in the dumped dtype. v3: one token table
-# (score_rollout.safetensors; token ids int32 when they fit), score_training holds logprobs.
+# payloads in safetensors only, verl's figures in the dumped dtype. v3: every per-token
+# payload once: one token table (score_rollout.safetensors; token ids int32 when they fit),
+# the logprobs in token_diffs alone.
 JUDGE_VERSION = "xconf-judge.v3"
 RUNTIME_KIND = "judge"
 
@@ -82,13 +83,16 @@ def resolve_dtypes(
     return JudgedCase(dump, roll, train, correction)
 
 
-# The one token table of a judged attempt: a verl dump's scored tokens are its response
-# tokens, so selected_token_ids is stored once, as token_ids (xconf.runtime.rederive reads it).
+# Each per-token payload of a judged attempt is stored once (xconf.runtime.rederive reads
+# this): one token table, where a verl dump's scored tokens are its response tokens
+# (selected_token_ids is token_ids), and both sides' logprobs in token_diffs, which holds
+# the dumped values on every active token (the verdict's and verify's input).
 TOKEN_FILE = "score_rollout.safetensors"
 TOKEN_PAYLOAD = {
     "file": TOKEN_FILE,
     "tensors": ["token_ids", "active_mask"],
     "same_as": {"selected_token_ids": "token_ids"},
+    "logprobs": "token_diffs.safetensors",
 }
 
 
@@ -235,17 +239,17 @@ def judge_cases(
 
 
 def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, torch.Tensor]]:
-    """The score files of a judged attempt: the one token table (:data:`TOKEN_PAYLOAD`) beside
-    the rollout logprobs, the training logprobs alone. Token ids are stored as int32 when every
-    one fits (a vocabulary below 2**31), so the table costs 4 bytes a token, not 8."""
+    """The score files of a judged attempt (:data:`TOKEN_PAYLOAD`): the one token table, and
+    no logprobs (token_diffs holds them). Token ids are stored as int32 when every one fits
+    (a vocabulary below 2**31), so the table costs 5 bytes a token, not 25."""
+    del training  # its logprobs, like the rollout's, are token_diffs' alone
     ids = rollout.scored_token_ids
     narrow = ids.numel() == 0 or int(ids.max()) <= torch.iinfo(torch.int32).max
     table = {
-        "logprobs": score_logprobs(rollout),
         "token_ids": ids.to(torch.int32 if narrow else torch.int64).contiguous(),
         "active_mask": rollout.scored_active_mask.to(torch.uint8).contiguous(),
     }
-    return {TOKEN_FILE: table, "score_training.safetensors": {"logprobs": score_logprobs(training)}}
+    return {TOKEN_FILE: table, "score_training.safetensors": {}}
 
 
 def verdict(

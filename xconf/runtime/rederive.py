@@ -165,13 +165,16 @@ class TokenPayload:
     """Where a judged dump's identity keeps its token table: one score file, not JSON.
 
     ``same_as`` names the fields stored once under another field's name (a verl dump's
-    scored tokens are its response tokens: ``selected_token_ids`` is ``token_ids``).
+    scored tokens are its response tokens: ``selected_token_ids`` is ``token_ids``);
+    ``logprobs``, when set, the one file that holds both sides' logprobs (token_diffs: the
+    dumped values on the active tokens), so the score files hold none of their own.
     """
 
     file: str
     shape: list[int]
     active: int
     same_as: Mapping[str, str]
+    logprobs: str | None = None
 
     def stored_name(self, field: str) -> str:
         return self.same_as.get(field, field)
@@ -189,9 +192,12 @@ def token_payload(identity: Mapping[str, Any]) -> TokenPayload | None:
         declared = recipe["token_payload"]
         file, shape, active = declared["file"], recipe["shape"], recipe["active_tokens"]
         tensors, same_as = declared["tensors"], declared.get("same_as", {})
-    except (TypeError, ValueError, KeyError):
+        logprobs = declared.get("logprobs")
+    except (TypeError, ValueError, KeyError, AttributeError):
         return None
     if file not in SCORE_FILES.values() or not isinstance(active, int):
+        return None
+    if logprobs not in (None, TOKEN_DIFFS_NAME):
         return None
     if not (isinstance(shape, list) and all(isinstance(n, int) for n in shape)):
         return None
@@ -202,7 +208,7 @@ def token_payload(identity: Mapping[str, Any]) -> TokenPayload | None:
         return None
     if not set(same_as) <= set(ID_FIELDS) or set(same_as) & set(tensors):
         return None
-    return TokenPayload(file, shape, active, dict(same_as))
+    return TokenPayload(file, shape, active, dict(same_as), logprobs)
 
 
 def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
