@@ -60,17 +60,14 @@ def case_documents(
     return documents, tensors
 
 
-def score_logprobs(score: SideScore) -> torch.Tensor:
-    """float64 scores stay float64 (they are judged in float64); the rest are float32."""
-    lp = score.logprobs
-    return (lp if lp.dtype == torch.float64 else lp.float()).contiguous()
-
-
 def score_tensors(score: SideScore | None) -> dict[str, torch.Tensor]:
     if score is None:
         return {}
     return {
-        "logprobs": score_logprobs(score),
+        # float64 scores stay float64 (they are judged in float64); the rest are float32.
+        "logprobs": (
+            score.logprobs if score.logprobs.dtype == torch.float64 else score.logprobs.float()
+        ).contiguous(),
         "token_ids": score.scored_token_ids.to(torch.int64).contiguous(),
         "selected_token_ids": score.scored_selected_ids.to(torch.int64).contiguous(),
         "active_mask": score.scored_active_mask.to(torch.uint8).contiguous(),

@@ -119,7 +119,7 @@ def _as_dir(directory: Dir | Path) -> tuple[Dir, bool]:
     return open_root(directory, create=False), True
 
 
-Parts = tuple[bytes | memoryview, ...]  # a file given as its consecutive pieces
+Parts = tuple[bytes | bytearray | memoryview, ...]  # a file as its consecutive pieces
 CHUNK = 16 << 20  # bytes hashed and written at a time: the digest reads them while cached
 
 
@@ -165,7 +165,8 @@ def publish_bytes(
             raise io_error(exc, final) from None
         try:
             try:
-                digest = _write_parts(fd, (data,) if isinstance(data, bytes) else data)
+                parts = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+                digest = _write_parts(fd, parts)
                 os.fsync(fd)
             finally:
                 os.close(fd)
