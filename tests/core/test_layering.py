@@ -38,7 +38,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("xconf.artifacts", "xconf.run_output")),
     (
         "planning",
-        ("xconf.config", "xconf.planner", "xconf.execution_plan", "xconf.runtime.loading"),
+        (
+            "xconf.config",
+            "xconf.planner",
+            "xconf.execution_plan",
+            "xconf.runtime.loading",
+            "xconf.runtime.input_limits",
+        ),
     ),
     ("kernels", ("xconf.ops", "xconf.testing")),
     (

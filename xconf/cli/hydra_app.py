@@ -35,12 +35,8 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
         reject_config_set_cli_keys(cfg, overrides, runtime_choice)
         spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
         if cfg.mode == "plan":
-            from xconf.runtime.loading import check_options_unimported
-
-            # A plan builds no runtime, but an option it would refuse is refused here too.
-            check_options_unimported(cfg.runtime)
             output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
-            return session.plan(spec, output_root=output_root, view=view)
+            return session.plan(spec, output_root=output_root, view=view, runtime=cfg.runtime)
         from xconf.cli.localize import after_verdict
 
         return session.run(
