@@ -125,7 +125,7 @@ def prepare(
     plan = plan_experiment(spec)
     # A runtime for another device is refused as such when the run starts (device_mismatch).
     if runtime is not None and device == spec.scenario.device:
-        check_runtime_limits(spec.identity, runtime)
+        check_runtime_limits(spec.identity, runtime, spec.scenario.device)
     policy = ResolutionPolicy(allow_smoke_operators=allow_smoke_operators, device=device)
     catalog = make_catalog(allow_smoke_operators)
     execution = build_execution_plan(plan, catalog, policy)

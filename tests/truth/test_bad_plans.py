@@ -147,7 +147,9 @@ def test_a_checkpoint_config_gives_the_real_runtime_its_limits(
     config = {"model_type": "qwen3", "vocab_size": 151936, "max_position_embeddings": 40960}
     (checkpoint / "config.json").write_text(json.dumps(config))
     path = write_doc(s3_doc)  # Qwen3-8B ids up to 151645, 8 tokens a row
-    plan = ("plan", path, "--runtime", "vllm-hf", f"runtime.model.path={checkpoint}")
+    # (the experiment is a GPU one: a CPU runtime's model is not checked against it)
+    runtime = ("--runtime", "vllm-hf", "runtime.device=cuda")
+    plan = ("plan", path, *runtime, f"runtime.model.path={checkpoint}")
     rc, _, stderr = xconf_cli(*plan, "--output-root", tmp_path / "a")
     assert rc == 0, stderr
     rc, _, stderr = xconf_cli(*plan, "runtime.max_model_len=4", "--output-root", tmp_path / "b")
@@ -157,7 +159,15 @@ def test_a_checkpoint_config_gives_the_real_runtime_its_limits(
     rc, _, stderr = xconf_cli(*plan, "--output-root", tmp_path / "c")
     assert rc == 2 and "[runtime.token_out_of_vocab] at 'identity.token_ids[0][0]'" in stderr
     assert "config.json" in stderr
-    tiny = ("plan", path, "--runtime", "vllm-hf", "--output-root", tmp_path / "d")
+    tiny = (
+        "plan",
+        path,
+        "--runtime",
+        "vllm-hf",
+        "runtime.device=cuda",
+        "--output-root",
+        tmp_path / "d",
+    )
     rc, _, stderr = xconf_cli(*tiny)
     assert rc == 2 and "[runtime.token_out_of_vocab]" in stderr and "tiny qwen3" in stderr
     assert not any((tmp_path / d).exists() for d in "bcd")
@@ -168,8 +178,11 @@ def test_a_checkpoint_config_gives_the_real_runtime_its_limits(
     [
         ("+runtime.foo=1", "[runtime.unknown_option] at 'runtime.foo'"),
         ("+scenario.deep=" + "[" * 3000 + "]" * 3000, "[config.too_deep] at 'scenario.deep'"),
+        ("batch.size=" + "9" * 5000, "[config.too_large] at 'batch.size'"),
+        ("runtime.vocab_size=" + "9" * 5000, "[config.too_large] at 'runtime.vocab_size'"),
+        ("runtime.vocab_size=true", "[config.wrong_type] at 'runtime.vocab_size'"),
     ],
-    ids=["runtime-option", "nested-3000"],
+    ids=["runtime-option", "nested-3000", "int-5000-digits", "runtime-int-5000", "vocab-bool"],
 )
 def test_bad_overrides_are_refused_in_plan_mode(
     monkeypatch, tmp_path, capsys, override, expected

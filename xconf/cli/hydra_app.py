@@ -111,12 +111,32 @@ def _too_deep(argv: list[str]) -> str | None:
     return None
 
 
+def _too_long_number(argv: list[str]) -> str | None:
+    """An override holding an integer longer than Python converts (Hydra's parser would end
+    in a ``ValueError`` traceback): the first such override's key."""
+    import re
+
+    limit = sys.get_int_max_str_digits() or None
+    for arg in argv:
+        if limit is not None and re.search(rf"\d{{{limit + 1},}}", arg):
+            return arg.split("=", 1)[0]
+    return None
+
+
 def main() -> None:
     deep = _too_deep(sys.argv[1:])
     if deep is not None:
         print(
             f"xconf: error [config.too_deep] at '{deep.lstrip('+~')}': the override is nested "
             "deeper than documents may be",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_INVALID)
+    long = _too_long_number(sys.argv[1:])
+    if long is not None:
+        print(
+            f"xconf: error [config.too_large] at '{long.lstrip('+~')}': the override holds a "
+            "number longer than any value may be",
             file=sys.stderr,
         )
         sys.exit(EXIT_INVALID)

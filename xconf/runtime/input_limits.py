@@ -99,8 +99,24 @@ def check_identity_limits(identity: Identity, limits: InputLimits) -> None:
                 )
 
 
-def check_runtime_limits(identity: Identity, config: Mapping[str, Any] | DictConfig) -> None:
-    """:func:`check_identity_limits` against the runtime ``config``'s limits, if it has any."""
+def runtime_device(config: Mapping[str, Any] | DictConfig) -> str | None:
+    """The device the runtime runs on as its config or its class's source says (None: unsaid)."""
+    plain, target = plain_with_target(config)
+    device = plain.get("device")
+    return device if isinstance(device, str) else class_string(*split_target(target), "device")
+
+
+def check_runtime_limits(
+    identity: Identity, config: Mapping[str, Any] | DictConfig, scenario_device: str
+) -> None:
+    """:func:`check_identity_limits` against the runtime ``config``'s limits, if it has any.
+
+    A runtime for another device than the scenario's cannot run it (a run refuses it as
+    ``runtime.device_mismatch``; a plan with the default CPU runtime plans a GPU experiment
+    for the GPU runtime it names): its model's limits are not the experiment's."""
+    device = runtime_device(config)
+    if device is not None and device != scenario_device:
+        return
     limits = runtime_limits(config)
     if limits is not None:
         check_identity_limits(identity, limits)

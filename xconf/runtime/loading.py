@@ -71,8 +71,9 @@ def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
     for text in overrides:
         try:
             (override,) = OverridesParser.create().parse_overrides([text])
-        except HydraException as exc:
-            raise ConfigError("runtime.bad_override", str(exc).splitlines()[0], text) from exc
+        except (HydraException, ValueError) as exc:  # ValueError: an over-long integer
+            message = str(exc).splitlines()[0].split(";")[0]
+            raise ConfigError("runtime.bad_override", message, text[:80]) from exc
         key = override.key_or_group
         if not key.startswith("runtime.") or override.is_delete() or override.is_sweep_override():
             raise ConfigError(

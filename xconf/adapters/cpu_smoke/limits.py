@@ -6,17 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from xconf.errors import ConfigError
 from xconf.runtime.input_limits import InputLimits
 
 VOCAB_SIZE = 97  # odd, so vocabulary tiles never divide it evenly
 MAX_POSITIONS = 64
 
 
-def input_limits(options: Mapping[str, Any]) -> InputLimits | None:
-    """None for a vocabulary option the runtime itself will refuse when it is built."""
+def input_limits(options: Mapping[str, Any]) -> InputLimits:
     vocab = options.get("vocab_size", VOCAB_SIZE)
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-        return None
+        raise ConfigError(
+            "config.wrong_type",
+            f"the vocabulary size is a positive integer, got {vocab!r}",
+            "runtime.vocab_size",
+        )
     return InputLimits(
         vocab, MAX_POSITIONS, f"the synthetic model ({vocab} tokens, {MAX_POSITIONS} positions)"
     )
