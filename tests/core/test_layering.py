@@ -51,7 +51,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "runtime",
         ("xconf.runtime", "xconf.engine_cache", "xconf.comparison", "xconf.case_documents"),
     ),
-    ("verification", ("xconf.runner", "xconf.verify", "xconf.verify_verdict", "xconf.judge")),
+    (
+        "verification",
+        (
+            "xconf.runner",
+            "xconf.verify",
+            "xconf.verify_verdict",
+            "xconf.verify_plan",
+            "xconf.judge",
+        ),
+    ),
     ("adapters", ("xconf.adapters", "xconf.launchers")),
     ("report", ("xconf.report",)),
     ("service", ("xconf.session", "xconf.sweep", "xconf.sweep_service")),
