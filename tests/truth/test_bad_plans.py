@@ -181,8 +181,16 @@ def test_a_checkpoint_config_gives_the_real_runtime_its_limits(
         ("batch.size=" + "9" * 5000, "[config.too_large] at 'batch.size'"),
         ("runtime.vocab_size=" + "9" * 5000, "[config.too_large] at 'runtime.vocab_size'"),
         ("runtime.vocab_size=true", "[config.wrong_type] at 'runtime.vocab_size'"),
+        ("+rollout.dtyp\u0435=bfloat16", "[config.bad_override] at 'rollout.dtyp\u0435'"),
     ],
-    ids=["runtime-option", "nested-3000", "int-5000-digits", "runtime-int-5000", "vocab-bool"],
+    ids=[
+        "runtime-option",
+        "nested-3000",
+        "int-5000-digits",
+        "runtime-int-5000",
+        "vocab-bool",
+        "cyrillic-knob",
+    ],
 )
 def test_bad_overrides_are_refused_in_plan_mode(
     monkeypatch, tmp_path, capsys, override, expected

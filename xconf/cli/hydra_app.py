@@ -123,22 +123,50 @@ def _too_long_number(argv: list[str]) -> str | None:
     return None
 
 
-def main() -> None:
-    deep = _too_deep(sys.argv[1:])
+def _unparsable(argv: list[str]) -> tuple[str, str] | None:
+    """The first override Hydra's grammar refuses (a character outside it, such as a Cyrillic
+    letter in a knob path), as (key, why): Hydra would print its own uncoded message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except HydraException as exc:
+            why = str(exc).splitlines()[0]
+            return arg.split("=", 1)[0], why
+    return None
+
+
+def _refusal(argv: list[str]) -> str | None:
+    """The coded error for an override no config may hold, before Hydra parses it."""
+    deep = _too_deep(argv)
     if deep is not None:
-        print(
-            f"xconf: error [config.too_deep] at '{deep.lstrip('+~')}': the override is nested "
-            "deeper than documents may be",
-            file=sys.stderr,
+        return (
+            f"[config.too_deep] at '{deep.lstrip('+~')}': the override is nested deeper than "
+            "documents may be"
         )
-        sys.exit(EXIT_INVALID)
-    long = _too_long_number(sys.argv[1:])
+    long = _too_long_number(argv)
     if long is not None:
-        print(
-            f"xconf: error [config.too_large] at '{long.lstrip('+~')}': the override holds a "
-            "number longer than any value may be",
-            file=sys.stderr,
+        return (
+            f"[config.too_large] at '{long.lstrip('+~')}': the override holds a number longer "
+            "than any value may be"
         )
+    bad = _unparsable(argv)
+    if bad is not None:
+        from xconf.shown_text import shown
+
+        return shown(f"[config.bad_override] at '{bad[0].lstrip('+~')}': {bad[1]}")
+    return None
+
+
+def main() -> None:
+    refused = _refusal(sys.argv[1:])
+    if refused is not None:
+        print(f"xconf: error {refused}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
     task = HydraTask()
     app = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
