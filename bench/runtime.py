@@ -88,10 +88,12 @@ def _wrap(owner: Any, name: str, phase: str) -> None:
 def _instrument() -> None:
     import xconf.runner as runner
     import xconf.session as session
+    import xconf.side_scoring as side_scoring
     from xconf.artifacts.store import ExperimentStore
+    from xconf.operators.dispatch import OperatorSession
 
     _wrap(runner.PairedRunner, "_bind", "binding")
-    _wrap(runner, "check_pre_build", "binding")
+    _wrap(side_scoring, "check_pre_build", "binding")
     _wrap(runner, "compare", "comparison")
     _wrap(runner, "error_outcome", "comparison")
     _wrap(runner, "case_documents", "publication")
@@ -99,8 +101,8 @@ def _instrument() -> None:
     _wrap(session, "publish_plan", "publication")
     _wrap(runner.PairedRunner, "execution_key", "resume_checks")
     _wrap(ExperimentStore, "find_reusable", "resume_checks")
-    _wrap(runner.OperatorSession, "instantiate", "operator_session")
-    _wrap(runner, "apply_readback", "readback")
+    _wrap(OperatorSession, "instantiate", "operator_session")
+    _wrap(side_scoring, "apply_readback", "readback")
     _wrap(runner, "frozen_inputs", "binding")
 
 

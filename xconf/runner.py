@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 import traceback
@@ -33,63 +32,43 @@ from xconf.errors import (
 )
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
-from xconf.knobs import BATCH_SIZE, side_dtype
+from xconf.knobs import side_dtype
 from xconf.operators.catalog import (
     SIDES,
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
-from xconf.operators.dispatch import OperatorSession
 from xconf.runtime import provenance, rederive
 from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import (
-    check_echo,
-    check_embedded,
-    check_untouched,
     input_digests,
-    no_optimizer,
-    side_copy,
 )
 from xconf.runtime.materialization import (
-    apply_readback,
-    backend_application,
-    check_pre_build,
     confounded,
-    failed_readback,
-    not_applied,
     ran_dtypes,
-    refusal,
-    split_readback,
-    strict_violations,
     unreached_applications,
     with_fingerprints,
 )
 from xconf.runtime.protocol import (
     FrozenInputs,
-    KnobApplication,
     RuntimeAdapter,
     RuntimeBinding,
     SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank
 from xconf.shown_text import bounded
+from xconf.side_scoring import (
+    SideScoring,
+    confounded_reason,
+    frozen_inputs,
+    ran_applications,
+    score_sides,
+    stored_dtypes,
+)
 from xconf.verify_verdict import rejudge_attempt
 
 XCONF_VERSION = provenance.XCONF_VERSION
 __all__ = ["PairedRunner", "frozen_inputs"]
-
-
-def frozen_inputs(identity: Identity) -> FrozenInputs:
-    def tensor(rows: tuple[tuple[int, ...], ...]) -> torch.Tensor:
-        return torch.tensor([list(r) for r in rows], dtype=torch.int64)
-
-    return FrozenInputs(
-        token_ids=tensor(identity.token_ids),
-        selected_token_ids=tensor(identity.selected_token_ids),
-        active_mask=tensor(identity.active_mask).bool(),
-        attention_mask=tensor(identity.attention_mask).bool(),
-        position_ids=tensor(identity.position_ids),
-    )
 
 
 class PairedRunner:
@@ -319,10 +298,26 @@ class PairedRunner:
         case_started = time.perf_counter()
         try:
             with case_deadline(self.case_timeout_s):
-                self._score_sides(case, binding, identity, inputs, knobs, scores, actual)
+                scoring = SideScoring(
+                    self.engines,
+                    self.catalog,
+                    self.policy,
+                    self.plan.plan.spec.strict_fallback,
+                    self.changed(case),
+                )
+                score_sides(
+                    scoring,
+                    case,
+                    binding,
+                    identity,
+                    inputs,
+                    knobs,
+                    scores,
+                    actual,
+                )
             # Judged at the threshold of the dtypes the engines ran (read back), which differ
             # from the requested ones only when a dtype fell back without strict execution.
-            dtypes = ran_dtypes(_ran(actual), dtypes)
+            dtypes = ran_dtypes(ran_applications(actual), dtypes)
             threshold = self._threshold(dtypes)
             outcome = compare(
                 inputs,
@@ -362,7 +357,7 @@ class PairedRunner:
                 outcome = error_outcome(threshold, self.contract, error)
         declared = sorted(self.changed(case))
         skipped = actual.pop("not_applied", [])
-        mixed = confounded(_ran(actual), frozenset(declared))
+        mixed = confounded(ran_applications(actual), frozenset(declared))
         if outcome.document["result"] not in rederive.JUDGED:
             skipped = mixed = []  # no numerical verdict: the error's reason says why
         outcome.document["intervention"] = {
@@ -391,76 +386,6 @@ class PairedRunner:
             outcome,
         )
         return documents, tensors, outcome
-
-    def _score_sides(
-        self,
-        case: ExecutionCase,
-        binding: RuntimeBinding,
-        identity: Identity,
-        inputs: FrozenInputs,
-        knobs: dict[str, Any],
-        scores: dict[str, SideScore],
-        actual: dict[str, Any],
-    ) -> None:
-        """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
-        strict = self.plan.plan.spec.strict_fallback
-        declared = frozenset(self.changed(case))
-        check_pre_build(binding, strict_fallback=strict)
-        session = OperatorSession(self.catalog, self.policy)
-        recorded = identity.digest()  # what identity.json records
-        for side in SIDES:
-            side_binding = binding.side(side)
-            with no_optimizer(side):
-                engine = self.engines.get(side_binding, case)
-                operator = session.instantiate(case.operator(side))
-                given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-                scores[side] = engine.score(given, identity, int(knobs[BATCH_SIZE.path]), operator)
-            check_untouched(side, given, inputs)
-            check_echo(side, identity, recorded, scores[side])
-            # What the model embedded, by its own record; without one, the scorer's echo is
-            # all there is (docs/reliability.md lists what rests on the adapter's word).
-            tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
-            actual.setdefault("scored_tokens_checked_from", {})[side] = tokens
-            # Read back after scoring: request-lifecycle knobs are only observable then.
-            try:
-                readback = engine.readback()
-            except Exception as exc:  # nothing was read: each knob is an error, with the reason
-                readback = failed_readback(side_binding, exc)
-            applications = apply_readback(side_binding, readback)
-            applications += (backend_application(side, knobs, case.operator(side)),)
-            actual["sides"][side] = [a.to_dict() for a in applications]
-            # Everything the engine reported, knob or not (compilation mode, cache sizes, ...),
-            # and the values it derived (its vocab layout), recorded apart.
-            derived, reported = split_readback(readback)
-            actual.setdefault("readback", {})[side] = json.loads(json.dumps(reported, default=str))
-            actual.setdefault("derived", {})[side] = derived
-            actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
-            reasons = strict_violations(applications, strict_fallback=strict)
-            if reasons:
-                raise refusal(reasons)
-        actual["operator_provenance"] = list(session.provenance())
-
-
-def _ran(actual: Mapping[str, Any]) -> tuple[KnobApplication, ...]:
-    """The actual-stage knob records of both sides, as scored."""
-    return tuple(
-        KnobApplication(**row) for side in SIDES for row in actual.get("sides", {}).get(side, [])
-    )
-
-
-def confounded_reason(mixed: list[dict[str, Any]]) -> str:
-    names = ", ".join(f"{m['side']}:{m['path']} ({m['status']})" for m in mixed)
-    return f"confounded: not run as set (not the intervention): {names}"
-
-
-def stored_dtypes(path: Any, case: ExecutionCase) -> tuple[str, str]:
-    """The dtypes a stored attempt's engines ran, from its actual.json knob records."""
-    knobs = case.case.knob_dict()
-    requested = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
-    try:
-        return ran_dtypes(_ran(read_json(path / "actual.json")), requested)
-    except (TypeError, KeyError, AttributeError, XconfError):
-        return requested
 
 
 def _record(

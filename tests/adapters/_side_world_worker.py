@@ -65,7 +65,7 @@ def _score_on_rank(rank: int, model_cache: str) -> dict[str, Any]:
     from xconf.adapters.hf.scorer import HFTrainingScorer
     from xconf.adapters.models import ensure_model
     from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
-    from xconf.runner import frozen_inputs
+    from xconf.side_scoring import frozen_inputs
 
     execution = _execution(model_cache)
     identity = execution.plan.spec.identity

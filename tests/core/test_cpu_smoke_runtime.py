@@ -12,8 +12,8 @@ from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import HANDLERS, CpuSmokeRuntime
 from xconf.config.strict import parse_experiment
 from xconf.operators.catalog import Side
-from xconf.runner import frozen_inputs
 from xconf.runtime.materialization import materialize
+from xconf.side_scoring import frozen_inputs
 
 
 @pytest.mark.parametrize(

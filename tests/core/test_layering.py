@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "verification",
         (
             "xconf.runner",
+            "xconf.side_scoring",
             "xconf.verify",
             "xconf.verify_verdict",
             "xconf.verify_plan",

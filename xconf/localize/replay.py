@@ -196,7 +196,7 @@ def score_side(
     repeats: int,
 ) -> SidePasses:
     """Build ``side``'s engine for ``case``, score ``repeats`` passes with taps, close it."""
-    from xconf.runner import frozen_inputs
+    from xconf.side_scoring import frozen_inputs
 
     check_replayable(case)
     executable = execution_case(case)

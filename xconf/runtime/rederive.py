@@ -31,7 +31,7 @@ from typing import Any
 from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, TOKEN_DIFFS_NAME, read_json
 from xconf.canonical import canonical_digest
 from xconf.case_documents import TENSOR_SCHEMA
-from xconf.knobs import KNOBS
+from xconf.knobs import KNOBS, ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 from xconf.runtime.protocol import KnobApplication
 
 # The execution key's fields and the record each is stored in (docs/artifacts.md lists them).
@@ -206,12 +206,9 @@ def record_consistency(docs: Mapping[str, Any]) -> list[str]:
                     f"{said.status!r}; that readback gives {now.status!r}"
                 )
     comparison = docs[COMPARISON_NAME]
-    if comparison.get("result") in JUDGED and {"rollout.dtype", "training.compute_dtype"} <= set(
-        knobs
-    ):
-        want = ran_dtypes(
-            tuple(ran), (str(knobs["rollout.dtype"]), str(knobs["training.compute_dtype"]))
-        )
+    dtype_paths = (ROLLOUT_DTYPE.path, TRAINING_COMPUTE_DTYPE.path)
+    if comparison.get("result") in JUDGED and set(dtype_paths) <= set(knobs):
+        want = ran_dtypes(tuple(ran), (str(knobs[dtype_paths[0]]), str(knobs[dtype_paths[1]])))
         said_dtypes = (comparison.get("rollout_dtype"), comparison.get("training_dtype"))
         if said_dtypes != want:
             problems.append(

@@ -101,7 +101,7 @@ class CpuSmokeRuntime:
     def check_inputs(self, identity: Identity) -> None:
         """Before anything is written: the identity fits the synthetic model (vocabulary,
         context); what no plan can know without the model."""
-        from xconf.runner import frozen_inputs
+        from xconf.side_scoring import frozen_inputs
 
         check_limits(self.model_config, frozen_inputs(identity))
 

@@ -1,0 +1,139 @@
+"""One case's two sides scored under the read-only guards, and what the sides ran.
+
+The runner (``xconf/runner.py``) decides whether a case is reused, scored or refused; this
+module scores it: both engines built or reused, each side's scorer given a private copy of
+the frozen inputs, every guard checked (inputs untouched, echo, embedded tokens, no
+optimizer over the model), each side read back after scoring and its knobs' status derived
+from the readback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from xconf.artifacts.store import read_json
+from xconf.engine_cache import EngineCache
+from xconf.errors import XconfError
+from xconf.execution_plan import ExecutionCase
+from xconf.experiment import Identity
+from xconf.knobs import BATCH_SIZE, side_dtype
+from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.dispatch import OperatorSession
+from xconf.runtime.guards import (
+    check_echo,
+    check_embedded,
+    check_untouched,
+    no_optimizer,
+    side_copy,
+)
+from xconf.runtime.materialization import (
+    apply_readback,
+    backend_application,
+    check_pre_build,
+    failed_readback,
+    not_applied,
+    ran_dtypes,
+    refusal,
+    split_readback,
+    strict_violations,
+)
+from xconf.runtime.protocol import FrozenInputs, KnobApplication, RuntimeBinding, SideScore
+
+
+@dataclass(frozen=True)
+class SideScoring:
+    """What scoring a case needs from its run: engines, operators and the strict rule."""
+
+    engines: EngineCache
+    catalog: SemanticOperatorCatalog
+    policy: ResolutionPolicy
+    strict_fallback: bool
+    declared: Mapping[str, Any]  # the knobs the case itself changed
+
+
+def frozen_inputs(identity: Identity) -> FrozenInputs:
+    def tensor(rows: tuple[tuple[int, ...], ...]) -> torch.Tensor:
+        return torch.tensor([list(r) for r in rows], dtype=torch.int64)
+
+    return FrozenInputs(
+        token_ids=tensor(identity.token_ids),
+        selected_token_ids=tensor(identity.selected_token_ids),
+        active_mask=tensor(identity.active_mask).bool(),
+        attention_mask=tensor(identity.attention_mask).bool(),
+        position_ids=tensor(identity.position_ids),
+    )
+
+
+def score_sides(
+    scoring: SideScoring,
+    case: ExecutionCase,
+    binding: RuntimeBinding,
+    identity: Identity,
+    inputs: FrozenInputs,
+    knobs: dict[str, Any],
+    scores: dict[str, SideScore],
+    actual: dict[str, Any],
+) -> None:
+    """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
+    strict, declared = scoring.strict_fallback, frozenset(scoring.declared)
+    check_pre_build(binding, strict_fallback=strict)
+    session = OperatorSession(scoring.catalog, scoring.policy)
+    recorded = identity.digest()  # what identity.json records
+    for side in SIDES:
+        side_binding = binding.side(side)
+        with no_optimizer(side):
+            engine = scoring.engines.get(side_binding, case)
+            operator = session.instantiate(case.operator(side))
+            given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+            scores[side] = engine.score(given, identity, int(knobs[BATCH_SIZE.path]), operator)
+        check_untouched(side, given, inputs)
+        check_echo(side, identity, recorded, scores[side])
+        # What the model embedded, by its own record; without one, the scorer's echo is
+        # all there is (docs/reliability.md lists what rests on the adapter's word).
+        tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
+        actual.setdefault("scored_tokens_checked_from", {})[side] = tokens
+        # Read back after scoring: request-lifecycle knobs are only observable then.
+        try:
+            readback = engine.readback()
+        except Exception as exc:  # nothing was read: each knob is an error, with the reason
+            readback = failed_readback(side_binding, exc)
+        applications = apply_readback(side_binding, readback)
+        applications += (backend_application(side, knobs, case.operator(side)),)
+        actual["sides"][side] = [a.to_dict() for a in applications]
+        # Everything the engine reported, knob or not (compilation mode, cache sizes, ...),
+        # and the values it derived (its vocab layout), recorded apart.
+        derived, reported = split_readback(readback)
+        actual.setdefault("readback", {})[side] = json.loads(json.dumps(reported, default=str))
+        actual.setdefault("derived", {})[side] = derived
+        actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
+        reasons = strict_violations(applications, strict_fallback=strict)
+        if reasons:
+            raise refusal(reasons)
+    actual["operator_provenance"] = list(session.provenance())
+
+
+def ran_applications(actual: Mapping[str, Any]) -> tuple[KnobApplication, ...]:
+    """The actual-stage knob records of both sides, as scored."""
+    return tuple(
+        KnobApplication(**row) for side in SIDES for row in actual.get("sides", {}).get(side, [])
+    )
+
+
+def confounded_reason(mixed: list[dict[str, Any]]) -> str:
+    names = ", ".join(f"{m['side']}:{m['path']} ({m['status']})" for m in mixed)
+    return f"confounded: not run as set (not the intervention): {names}"
+
+
+def stored_dtypes(path: Any, case: ExecutionCase) -> tuple[str, str]:
+    """The dtypes a stored attempt's engines ran, from its actual.json knob records."""
+    knobs = case.case.knob_dict()
+    requested = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+    try:
+        return ran_dtypes(ran_applications(read_json(path / "actual.json")), requested)
+    except (TypeError, KeyError, AttributeError, XconfError):
+        return requested
