@@ -14,8 +14,9 @@ pytestmark = needs_hf
 def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
     runtime = HfPairRuntime()
     runtime._record = model_record
+    view = runtime.view()
     status = {
-        (path, value): materialize(runtime.handlers, runtime, path, "rollout", value, {}).status
+        (path, value): materialize(runtime.handlers, view, path, "rollout", value, {}).status
         for path, value in (
             ("rollout.dtype", "bfloat16"),
             ("rollout.enable_prefix_caching", False),
@@ -33,7 +34,7 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
         ("rollout.tensor_parallel_size", 2): "unsupported",
         ("rollout.context_parallel_size", 1): "applied",
     }
-    fsdp = materialize(runtime.handlers, runtime, "training.sharding", "training", "fsdp", {})
+    fsdp = materialize(runtime.handlers, view, "training.sharding", "training", "fsdp", {})
     assert fsdp.status == "unsupported" and "torchrun" in fsdp.evidence  # no process group here
 
 
@@ -47,7 +48,7 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
     runtime = HfPairRuntime()
     runtime._record = model_record
-    record = materialize(runtime.handlers, runtime, novel.path, "training", True, {})
+    record = materialize(runtime.handlers, runtime.view(), novel.path, "training", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 

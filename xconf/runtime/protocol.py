@@ -95,6 +95,29 @@ def unsupported_application(
     return planned_application(path, side, requested, None, "unsupported", why)
 
 
+class TensorParallelRule(Protocol):
+    """How far a checkpoint splits over tensor-parallel ranks, as the model's facts say
+    (``adapters/models/facts.ModelFacts``)."""
+
+    @property
+    def tp_sizes(self) -> tuple[int, ...]: ...
+
+    def tp_reason(self, tp: int) -> str | None:
+        """Why the model cannot be split over ``tp`` ranks (None: it can)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RuntimeView:
+    """What a runtime's handlers may read of the runtime binding a case: its kind, its
+    device and, for a runtime that binds against a frozen checkpoint, the checkpoint's
+    tensor-parallel rule (None: no checkpoint frozen, or none that the handlers read)."""
+
+    runtime_kind: str
+    device: str
+    model: TensorParallelRule | None = None
+
+
 @dataclass(frozen=True)
 class KnobRequest:
     """One requested knob value on one side, as a runtime's handler receives it."""
@@ -103,7 +126,7 @@ class KnobRequest:
     side: Side
     value: KnobValue
     knobs: Mapping[str, KnobValue]  # all the case's knob values (a policy needs FSDP2)
-    runtime: Any  # the runtime binding the case: a handler of its own may read its state
+    runtime: RuntimeView  # the runtime binding the case, as its handlers may read it
 
     @property
     def path(self) -> str:

@@ -29,6 +29,7 @@ from xconf.runtime.protocol import (
     KnobHandler,
     KnobRequest,
     RuntimeBinding,
+    RuntimeView,
     SideBinding,
 )
 from xconf.runtime.settings import RolloutSettings, TrainingSettings
@@ -102,10 +103,14 @@ class CpuSmokeRuntime:
 
         check_limits(self.model_config, frozen_inputs(identity))
 
+    def view(self) -> RuntimeView:
+        """What this runtime's handlers read of it."""
+        return RuntimeView(self.runtime_kind, self.device)
+
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         self._scoring_mode = identity.scoring_mode
         return default_bind(
-            self,
+            self.view(),
             HANDLERS,
             case,
             {"rollout": SINGLE_PROCESS, "training": SINGLE_PROCESS},

@@ -27,7 +27,7 @@ from xconf.adapters.vllm_transformers.placement import (
 from xconf.experiment import Identity
 from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue, side_worlds
 from xconf.runtime.materialization import default_bind, settings_for
-from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, SideBinding
+from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, RuntimeView, SideBinding
 from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
@@ -125,11 +125,17 @@ class VllmHfRuntime:
     # How this runtime honours each knob (``handlers.py``); a knob without one is unsupported.
     handlers: ClassVar[Handlers] = HANDLERS
 
+    def view(self) -> RuntimeView:
+        """What this runtime's handlers read of it: the frozen checkpoint's facts (its TP
+        sizes) once ``freeze_identity`` has frozen one."""
+        model = None if self._record is None else self._facts(self._record)
+        return RuntimeView(self.runtime_kind, self.device, model)
+
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         _ = self.record  # a case binds only against the frozen checkpoint (its TP sizes)
         knobs = case.case.knob_dict()
         return default_bind(
-            self,
+            self.view(),
             self.handlers,
             case,
             {"rollout": self._rollout_context(knobs), "training": self._training_context(knobs)},

@@ -38,7 +38,9 @@ from xconf.runtime.protocol import (
 
 def _tensor_parallel(request: KnobRequest) -> KnobApplication:
     runtime, value = request.runtime, int(request.value)
-    facts = runtime._facts(runtime.record)
+    facts = runtime.model
+    if facts is None:  # bind refuses before this: a case binds only on a frozen checkpoint
+        return request.unsupported("no frozen checkpoint to split over TP ranks")
     reason = facts.tp_reason(value)
     if reason is not None:
         allowed = ", ".join(map(str, facts.tp_sizes))

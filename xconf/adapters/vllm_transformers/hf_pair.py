@@ -43,6 +43,7 @@ from xconf.runtime.protocol import (
     KnobRequest,
     ReadBack,
     ReadbackValue,
+    RuntimeView,
     SideBinding,
 )
 from xconf.runtime.readback import (
@@ -146,6 +147,10 @@ class HfPairRuntime(VllmHfRuntime):
     runtime_kind = "hf-pair"
     max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 2, "training": 2}
     handlers: ClassVar[Handlers] = HANDLERS
+
+    def view(self) -> RuntimeView:
+        """No handler here splits the checkpoint over ranks: its facts are not read."""
+        return RuntimeView(self.runtime_kind, self.device)
 
     def _rollout_context(self, knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
         return (
