@@ -57,14 +57,14 @@ def test_the_reference_reads_its_rollout_settings_from_its_own_state(model_recor
     """The rollout side is a transformers scorer: each rollout knob's handler reads the value
     from what that scorer reports; a knob it has no reading for is absent (unobservable),
     never echoed from the request."""
-    from xconf.adapters.vllm_transformers.hf_pair import HfReferenceSide
+    from xconf.adapters.vllm_transformers.reference import HfReferenceSide
 
     runtime = HfPairRuntime()
     runtime._record = model_record
     reference = runtime._transformers_scorer(
-        "bfloat16", 1, attention_backend="sdpa", sharding="unsharded"
+        "bfloat16", 1, HfReferenceSide, attention_backend="sdpa", sharding="unsharded"
     )
-    got = HfReferenceSide(reference).readback()
+    got = reference.readback()
     assert got["rollout.dtype"] == "bfloat16"  # the scorer's parameters, read from the model
     assert (got["rollout.tensor_parallel_size"], got["rollout.enforce_eager"]) == (1, True)
     assert got["rollout.attention_backend"] == "sdpa"  # a reading, not a knob

@@ -32,6 +32,7 @@ from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.adapters.models.facts import ModelFacts
+    from xconf.adapters.vllm_transformers.engines import HfTrainingSide
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
@@ -256,9 +257,12 @@ class VllmHfRuntime:
         # world is the training side's, and its other ranks receive rank 0's score.
         return OnSideRanks.on(1, lambda _group: VllmRolloutSide(rollout_cfg))
 
-    def _transformers_scorer(self, dtype: str, ranks: int, **fields: Any) -> Engine:
+    def _transformers_scorer(
+        self, dtype: str, ranks: int, scorer: type[HfTrainingSide] | None = None, **fields: Any
+    ) -> Engine:
         """A transformers scorer of this runtime's checkpoint on ranks ``0 .. ranks - 1``
-        (the other launched ranks receive rank 0's score); ``fields``: its other settings."""
+        (the other launched ranks receive rank 0's score); ``scorer``: the engine class
+        (the training side's by default), ``fields``: its other settings."""
         from xconf.adapters.hf.model import TrainingScorerConfig
         from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
 
@@ -269,7 +273,8 @@ class VllmHfRuntime:
             trust_remote_code=self.model_options.trust_remote_code,
             **fields,
         )
-        return OnSideRanks.on(ranks, lambda group: HfTrainingSide(cfg, group))
+        side = scorer or HfTrainingSide
+        return OnSideRanks.on(ranks, lambda group: side(cfg, group))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version
