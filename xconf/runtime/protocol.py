@@ -320,7 +320,8 @@ class Engine(Protocol):
     """
 
     def readback(self) -> Mapping[str, ReadbackValue]:
-        """Actual values of the knobs this engine owns, read from its live state."""
+        """What the engine reports: its readings (``runtime/readback`` names) and each knob's
+        actual value, read from its live state by the knob's handler (``knob_readback``)."""
         ...
 
     def score(
