@@ -4,6 +4,8 @@ unsupported by construction, contract and extended knobs alike."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from xconf.adapters.cpu_smoke import engines
@@ -21,7 +23,7 @@ from xconf.knobs import (
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
 )
-from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog, Side
 from xconf.planner import plan_experiment
 from xconf.runner import frozen_inputs
 from xconf.runtime.protocol import knob_readback
@@ -77,7 +79,8 @@ def test_an_engine_reports_knob_values_only_through_the_handlers(s0_doc) -> None
         runtime.model_config, "bfloat16", prefix_caching=True, eager=False, mode="decode"
     )
     training = engines.TrainingEngine(runtime.model_config, "float32", "eager")
-    for side, engine in (("rollout", rollout), ("training", training)):
+    sides: tuple[tuple[Side, Any], ...] = (("rollout", rollout), ("training", training))
+    for side, engine in sides:
         engine.score(frozen_inputs(identity), identity, 2, None)
         reported = {k: v for k, v in engine.readback().items() if k in KNOBS}
         assert reported == knob_readback(CPU_SMOKE, side, engine.live())
