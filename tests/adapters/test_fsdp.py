@@ -30,7 +30,9 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
     from xconf.runtime.ranks import close_world
 
     def read_back(scorer: HFTrainingScorer) -> dict[str, Any]:
-        return knob_readback(HANDLERS, "training", scorer.live())
+        """The scorer's readings and each knob read from its live state by its handler."""
+        live = scorer.live()
+        return {**live.readings(), **knob_readback(HANDLERS, "training", live)}
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
