@@ -13,13 +13,20 @@ the phase's and not the interpreter's:
   every tensor built; ``load_file`` alone maps the file and reads nothing);
 * ``judge``: read, digest, check, judge, figures and seal the case (no report);
 * ``report``: ``xconf report`` of the judged run (HTML);
-* ``verify``: ``xconf verify`` of the judged run.
+* ``verify``: ``xconf verify`` of the judged run;
+* the floor, what no judge can skip, done as judge does it: ``floor_read`` reads the dump
+  from one descriptor and digests it (``xconf.judge.formats.read_once``: the digest of exactly
+  the bytes judged), ``floor_write`` writes, fsyncs and digests the bytes of the judged
+  attempt (its payloads, already in memory: ``safe_io.publish_bytes``, the sealing writer).
+  ``floor_over_load_wall`` says how far above the load any judge that reads, digests and
+  seals these bytes must be; the attempt's bytes per token are printed beside it.
 
 Peak memory is the process's resident high-water mark above its resident size after the
 imports (Linux: ``/proc/self/status`` VmHWM, reset through ``/proc/self/clear_refs``).
 Prints one JSON object per shape with the ratios the goal is stated in: judge wall time over
 load wall time (goal <= 2) and judge peak memory over the dump's tensor bytes (goal <= 3).
-Timings on a shared machine are noisy: compare ratios from one run, not absolute seconds.
+Timings on a shared machine are noisy: compare ratios from one run, not absolute seconds;
+``cpu_s`` (every thread of the phase) is steadier there than ``wall_s``.
 """
 
 from __future__ import annotations
@@ -52,7 +59,15 @@ def status(field):
     raise RuntimeError(field)
 
 
-def run_phase():
+def prepare():
+    # what a phase needs before its clock starts (the floor's payload bytes, in memory)
+    if phase != "floor_write":
+        return None
+    (attempt,) = [a for c in (run / "judge" / "cases").iterdir() for a in c.iterdir()]
+    return [(f.name, f.read_bytes()) for f in sorted(attempt.iterdir()) if f.name != "COMPLETE"]
+
+
+def run_phase(payload):
     if phase == "load":
         # read every byte and build every tensor (load_file alone maps the file lazily)
         tensors = load(dump.read_bytes())
@@ -69,6 +84,16 @@ def run_phase():
     if phase == "verify":
         from xconf.verify import verify_run
         return verify_run(run / "judge").exit_code
+    if phase == "floor_read":
+        from xconf.judge.formats import read_once
+        return len(read_once(dump)[0])
+    if phase == "floor_write":
+        from xconf.artifacts.safe_io import publish_bytes
+        target = run / "floor"
+        target.mkdir()
+        for name, data in payload:
+            publish_bytes(target, name, data)
+        return sum(len(data) for _, data in payload)
     raise SystemExit(phase)
 
 
@@ -76,12 +101,14 @@ if phase == "report":
     import xconf.report.writer  # noqa: F401  (its imports are not the phase's cost)
 if phase == "verify":
     import xconf.verify  # noqa: F401
+payload = prepare()
 Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark
 baseline = status("VmRSS")
-started = time.perf_counter()
-value = run_phase()
-wall = time.perf_counter() - started
-print(json.dumps({"wall_s": wall, "peak_bytes": status("VmHWM") - baseline, "value": value}))
+started, cpu = time.perf_counter(), time.process_time()
+value = run_phase(payload)
+wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+peak = status("VmHWM") - baseline
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_bytes": peak, "value": value}))
 """
 
 
@@ -120,8 +147,10 @@ def bench(root: Path, batch: int, length: int) -> dict[str, Any]:
     run = root / f"run_{batch}x{length}"
     tensor_bytes = make_dump(dump, batch, length)
     phase("load", dump, run)  # warm the page cache: every phase reads a cached file
-    phases = {name: phase(name, dump, run) for name in ("load", "judge", "report", "verify")}
+    names = ("load", "judge", "report", "verify", "floor_read", "floor_write")
+    phases = {name: phase(name, dump, run) for name in names}
     load, judge = phases["load"], phases["judge"]
+    floor = phases["floor_read"]["wall_s"] + phases["floor_write"]["wall_s"]
     return {
         "shape": [batch, length],
         "tokens": batch * length,
@@ -129,6 +158,9 @@ def bench(root: Path, batch: int, length: int) -> dict[str, Any]:
         "phases": phases,
         "judge_over_load_wall": judge["wall_s"] / load["wall_s"],
         "judge_peak_over_tensor_bytes": judge["peak_bytes"] / tensor_bytes,
+        "attempt_bytes_per_token": phases["floor_write"]["value"] / (batch * length),
+        "floor_over_load_wall": floor / load["wall_s"],
+        "judge_over_floor_wall": judge["wall_s"] / floor,
         "goal": {"wall_ratio": 2.0, "memory_ratio": 3.0},
     }
 

@@ -10,6 +10,7 @@ import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
 from xconf.rollout_correction import Correction, rollout_correction
+from xconf.rollout_correction.offpolicy import Selection
 from xconf.runtime.protocol import FrozenInputs, SideScore
 
 Result = Literal[
@@ -114,7 +115,7 @@ def _drift_profile(diff: torch.Tensor, active: torch.Tensor) -> list[dict[str, A
     """Per position: active count, mean and max |diff| (inactive diffs are 0 by construction)."""
     counts = active.sum(0)
     sums = diff.double().sum(0)
-    peaks = diff.double().max(0).values
+    peaks = diff.max(0).values.double()  # the max widened is the max of the widened values
     return [
         {
             "position": position,
@@ -133,19 +134,27 @@ def _diagnostics(
     active: torch.Tensor,
     inputs: FrozenInputs,
 ) -> dict[str, Any]:
-    selected = diff[active]
+    # One figure at a time, temporaries freed and terms taken in place: at verl's batch sizes
+    # every [B, T] copy counts. The same operations on the same values: the same bits.
+    select = Selection.of(active)  # diff[active], as one parallel gather
+    selected = select(diff)
     values = selected.double()
-    delta = (training - rollout)[active].double()
-    worst_flat = int(torch.argmax(torch.where(active, diff, torch.full_like(diff, -1.0))))
+    diff_figures = {
+        "mean": float(values.mean()),
+        **quantiles(selected, PERCENTILES),
+        "max": float(values.max()),
+    }
+    del selected, values
+    delta = select(training - rollout).double()
+    del select
+    # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
+    approx_kl = float(torch.exp(delta).sub_(delta).sub_(1.0).mean())
+    del delta
+    worst_flat = int(torch.argmax(diff.masked_fill(~active, -1.0)))
     b, t = divmod(worst_flat, diff.shape[1])
     return {
-        "diff": {
-            "mean": float(values.mean()),
-            **quantiles(selected, PERCENTILES),
-            "max": float(values.max()),
-        },
-        # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
-        "approx_kl": float((torch.exp(delta) - delta - 1.0).mean()),
+        "diff": diff_figures,
+        "approx_kl": approx_kl,
         "worst_token": {
             "batch": b,
             "position": t,
@@ -178,6 +187,7 @@ def compare(
             identity={"valid": False, "violations": violations},
         )
         return ComparisonOutcome(doc, {})
+    select = Selection.of(active)  # lp[active], as one parallel gather
     for name, score in (("rollout", rollout), ("training", training)):
         lp = score.logprobs
         if lp.shape != active.shape:
@@ -190,7 +200,7 @@ def compare(
         if not lp.is_floating_point():
             doc.update(result="invalid_artifact", reason=f"{name} logprobs are {lp.dtype}")
             return ComparisonOutcome(doc, {})
-        scores = lp[active]
+        scores = select(lp)
         if not bool(torch.isfinite(scores).all()):
             doc.update(result="invalid_artifact", reason=f"{name} has non-finite active scores")
             return ComparisonOutcome(doc, {})
@@ -204,6 +214,7 @@ def compare(
                 f"{threshold.value:g}): p > 1 is not a probability",
             )
             return ComparisonOutcome(doc, {})
+    del select, scores
     if rollout.logprobs.dtype != training.logprobs.dtype:
         doc.update(result="invalid_artifact", reason="the two sides report different dtypes")
         return ComparisonOutcome(doc, {})
@@ -211,15 +222,14 @@ def compare(
     dtype = torch.float64 if rollout.logprobs.dtype == torch.float64 else torch.float32
     roll = rollout.logprobs.to(dtype)
     train = training.logprobs.to(dtype)
-    zeros = torch.zeros_like(roll)
-    gap = torch.abs(train - roll)
-    diff = torch.where(active, gap, zeros)
+    # [B, T] temporaries: at verl scale every one of them counts, so they are taken in place
+    gap = (train - roll).abs_()
     mismatch = active & (gap > threshold.value)
-    del gap  # a [B, T] temporary: at verl scale every one of them counts
+    diff = gap.masked_fill_(~active, 0.0)  # where(active, gap, 0), in place
     active_count = int(active.sum())
     token_diffs = {
-        "rollout_logprobs": torch.where(active, roll, zeros).contiguous(),
-        "training_logprobs": torch.where(active, train, zeros).contiguous(),
+        "rollout_logprobs": torch.where(active, roll, 0.0).contiguous(),
+        "training_logprobs": torch.where(active, train, 0.0).contiguous(),
         "active_mask": active.to(torch.uint8).contiguous(),
         "abs_diff": diff.contiguous(),
         "mismatch_mask": mismatch.to(torch.uint8).contiguous(),

@@ -23,6 +23,7 @@ from xconf.artifacts.store import read_tensors
 from xconf.comparison import _diagnostics, finite_document, recompute_result, verdict_threshold
 from xconf.contract.loader import load_contract
 from xconf.errors import ArtifactError, XconfError
+from xconf.runtime.rederive import TokenPayload, token_payload
 
 RECOMPUTABLE = frozenset({"pass", "fail", "zero_active_tokens"})
 DIAGNOSTIC_KEYS = ("mismatch_ratio", "diff", "approx_kl", "worst_token", "drift_profile")
@@ -45,17 +46,24 @@ def _as_json(value: Any) -> Any:
 
 
 def check_diagnostics(
-    doc: Mapping[str, Any], diffs: Mapping[str, torch.Tensor], rollout: Mapping[str, torch.Tensor]
+    doc: Mapping[str, Any],
+    diffs: Mapping[str, torch.Tensor],
+    rollout: Mapping[str, torch.Tensor],
+    selected: str = "selected_token_ids",
 ) -> str | None:
-    """Recompute the diagnostics of a pass/fail attempt; the first disagreement, or None."""
+    """Recompute the diagnostics of a pass/fail attempt; the first disagreement, or None.
+
+    ``selected``: the name the scored token ids are stored under in the rollout score file
+    (a judged dump stores them once, as ``token_ids``: identity.json's recipe says so).
+    """
     active = diffs["active_mask"].bool()
     roll, train = diffs["rollout_logprobs"], diffs["training_logprobs"]
     diff = torch.where(active, torch.abs(train - roll), torch.zeros_like(roll))
     if not _equal(diff, diffs["abs_diff"]):
         return "stored abs_diff disagrees with the recomputation"
-    ids = rollout.get("selected_token_ids")
+    ids = rollout.get(selected)
     if ids is None or ids.shape != active.shape:
-        return f"{SCORE_FILES['rollout']} has no selected_token_ids of the scored shape"
+        return f"{SCORE_FILES['rollout']} has no {selected} of the scored shape"
     count = int(active.sum())
     try:
         diagnostics = _diagnostics(diff, roll, train, active, _StoredInputs(ids))  # type: ignore[arg-type]
@@ -73,7 +81,9 @@ def check_diagnostics(
     return None
 
 
-def _check_documents(path: Path, seal: Mapping[str, Any]) -> str | None:
+def _check_documents(path: Path, seal: Mapping[str, Any]) -> str | dict[str, Any]:
+    """The JSON payloads by name, or the first problem with them."""
+    documents = {}
     for name in JSON_PAYLOADS:
         try:
             document = read_bounded_json(path / name)
@@ -83,14 +93,16 @@ def _check_documents(path: Path, seal: Mapping[str, Any]) -> str | None:
             return f"{name} is not a JSON object"
         if name == "requested.json" and document.get("case_id") != seal.get("case_id"):
             return "requested.json names another case"
-    return None
+        documents[name] = document
+    return documents
 
 
 def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     """Re-judge a sealed attempt from its own tensors; the first disagreement, or None."""
-    problem = _check_documents(path, seal)
-    if problem is not None:
-        return problem
+    documents = _check_documents(path, seal)
+    if isinstance(documents, str):
+        return documents
+    payload = token_payload(documents["identity.json"])
     try:
         doc = read_bounded_json(path / COMPARISON_NAME)
         diffs = read_tensors(path / TOKEN_DIFFS_NAME)
@@ -111,7 +123,7 @@ def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
     if result not in RECOMPUTABLE:
         return f"result {result!r} but token-level tensors are present"
     try:
-        return _check_recomputation(doc, diffs, scores)
+        return _check_recomputation(doc, diffs, scores, payload)
     except Exception as exc:  # wrong shapes or dtypes in resealed tensors are damage too
         return f"token_diffs.safetensors is malformed: {type(exc).__name__}: {exc}"
 
@@ -120,6 +132,7 @@ def _check_recomputation(
     doc: Mapping[str, Any],
     diffs: dict[str, torch.Tensor],
     scores: Mapping[str, Mapping[str, torch.Tensor]],
+    payload: TokenPayload | None,
 ) -> str | None:
     result = doc.get("result")
     recomputed, mismatches = recompute_result(diffs)
@@ -158,6 +171,8 @@ def _check_recomputation(
         if verdict_threshold(expected, dtype) != threshold:
             return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
+        if "logprobs" not in score and payload is not None and payload.logprobs == TOKEN_DIFFS_NAME:
+            continue  # a judged dump's logprobs are stored once, in token_diffs (identity.json)
         try:
             logprobs = score["logprobs"]
         except KeyError:
@@ -169,7 +184,9 @@ def _check_recomputation(
             return f"{SCORE_FILES[side]} disagrees with token_diffs.safetensors"
     if recomputed == "zero_active_tokens":
         return None
-    return check_diagnostics(doc, diffs, scores["rollout"])
+    selected = "selected_token_ids"
+    selected = selected if payload is None else payload.stored_name(selected)
+    return check_diagnostics(doc, diffs, scores["rollout"], selected)
 
 
 # -- before resume reuses an attempt ----------------------------------------------------------

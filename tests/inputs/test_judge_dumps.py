@@ -248,7 +248,7 @@ def test_a_verl_sized_dump_judges_seals_reports_and_verifies(xconf_cli, tmp_path
     for name in ("identity.json", "actual.json", "requested.json", "materialized.json"):
         assert (attempt / name).stat().st_size < 64 * 1024, name
     score = load_file(str(attempt / "score_rollout.safetensors"))
-    assert torch.equal(score["selected_token_ids"], ids)
+    assert torch.equal(score["token_ids"].long(), ids)
     assert (run / "report.html").is_file()
     assert xconf_cli("verify", run)[0] == 0
 
@@ -300,3 +300,49 @@ def test_a_bfloat16_dump_gets_verl_s_figures_in_bfloat16(xconf_cli, tmp_path: Pa
     assert doc["metrics"] == {k: expected[PREFIX + k] for k in doc["metrics"]}
     as_float32 = verl_figures(rollout.float(), training.float(), torch.ones(2, 4))
     assert any(doc["metrics"][k] != as_float32[PREFIX + k] for k in doc["metrics"])
+
+
+def test_a_safetensors_dump_is_read_in_file_order_into_its_own_tensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny chunks and a threaded digest for every chunk: the skipped bytes (a tensor judge
+    # does not keep, between the kept ones) go through both alternating buffers, and the
+    # digest is still the file's, every kept tensor its own memory, equal to safetensors'.
+    from xconf.artifacts.layout import StreamDigest
+    from xconf.judge import formats
+
+    monkeypatch.setattr(formats, "CHUNK", 24)
+    monkeypatch.setattr(StreamDigest, "THREADED", 1)
+    g = torch.Generator().manual_seed(5)
+    tensors = {
+        "rollout_log_probs": -torch.rand(3, 40, generator=g),
+        "old_log_probs": -torch.rand(3, 40, generator=g),
+        "big_unwanted": torch.rand(7, 50, generator=g, dtype=torch.float64),
+        "response_mask": torch.ones(3, 40, dtype=torch.int64),
+        "empty": torch.zeros(0, 3),
+    }
+    path = tmp_path / "d.safetensors"
+    save_file(tensors, str(path), metadata={"dtype": "float32"})
+    wanted = {"rollout_log_probs", "old_log_probs", "response_mask", "empty"}
+    parsed = formats.parse_dump(path, wanted)
+    assert parsed.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert parsed.size == path.stat().st_size and parsed.meta == {"dtype": "float32"}
+    assert set(parsed.columns) == wanted and "big_unwanted" in parsed.names
+    stored = load_file(str(path))
+    for name in wanted:
+        assert torch.equal(parsed.columns[name].values, stored[name]), name
+
+
+def test_a_safetensors_dump_with_overlapping_tensors_is_refused(tmp_path: Path) -> None:
+    from xconf.judge.formats import JudgeError, parse_dump
+
+    data = _save(tmp_path / "good.safetensors", R, R.clone()).read_bytes()
+    (length,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8 : 8 + length])
+    header["old_log_probs"]["data_offsets"] = header["rollout_log_probs"]["data_offsets"]
+    text = json.dumps(header).encode()
+    lying = tmp_path / "overlap.safetensors"
+    lying.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length :])
+    with pytest.raises(JudgeError) as raised:
+        parse_dump(lying, {"rollout_log_probs", "old_log_probs", "response_mask"})
+    assert raised.value.code == "judge.unreadable" and "overlaps" in raised.value.message

@@ -162,4 +162,76 @@ def test_token_ids_from_responses_or_input_ids(xconf_cli, tmp_path: Path, key: s
     from safetensors.torch import load_file
 
     score = load_file(str(attempt / "score_rollout.safetensors"))
-    assert torch.equal(score["selected_token_ids"], ids) and torch.equal(score["token_ids"], ids)
+    # every per-token payload once: one token table (the scored tokens are the response
+    # tokens; int32 fits), both sides' logprobs in token_diffs alone
+    payload = identity["recipe"]["token_payload"]
+    assert payload["same_as"] == {"selected_token_ids": "token_ids"}
+    assert payload["logprobs"] == "token_diffs.safetensors"
+    assert set(score) == {"token_ids", "active_mask"}
+    assert score["token_ids"].dtype == torch.int32 and torch.equal(score["token_ids"].long(), ids)
+    assert load_file(str(attempt / "score_training.safetensors")) == {}
+    diffs = load_file(str(attempt / "token_diffs.safetensors"))
+    assert torch.equal(diffs["rollout_logprobs"], torch.where(MASK.bool(), R, 0.0))
+
+
+def test_an_attempt_of_the_older_layout_still_verifies(tmp_path: Path, monkeypatch) -> None:
+    # xconf-judge.v2 wrote the token fields into both score files (selected_token_ids beside
+    # token_ids, int64): such an attempt still verifies, and one whose copies disagree is
+    # still named.
+    from safetensors.torch import load_file, save
+
+    from tests.truth.test_forge_reseal import _reseal
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.case_documents import score_tensors
+    from xconf.judge import seal
+    from xconf.judge.dumps import Keys, load_dump
+    from xconf.verify import verify_run
+
+    def old_files(rollout, training):
+        return {
+            "score_rollout.safetensors": score_tensors(rollout),
+            "score_training.safetensors": score_tensors(training),
+        }
+
+    fields = ["token_ids", "selected_token_ids", "active_mask"]
+    monkeypatch.setattr(seal, "TOKEN_PAYLOAD", {"file": seal.TOKEN_FILE, "tensors": fields})
+    monkeypatch.setattr(seal, "score_files", old_files)
+    path = _verl(tmp_path, responses=torch.arange(8).reshape(2, 4))
+    case = seal.resolve_dtypes(load_dump("step", path, Keys()), "float32", None, None)
+    seal.judge_cases(ExperimentStore(tmp_path / "o", "judge"), [case], resume=False)
+    run = tmp_path / "o" / "judge"
+    (attempt,) = sorted((run / "cases" / "step").iterdir())
+    training = load_file(str(attempt / "score_training.safetensors"))
+    assert set(training) == {"logprobs", *fields}
+    assert verify_run(run).exit_code == 0
+    training["selected_token_ids"] = training["selected_token_ids"].flip(1).contiguous()
+    _reseal(attempt, "score_training.safetensors", save(training, metadata={"case_id": "step"}))
+    damaged = [f for f in verify_run(run).findings if f.status == "damaged"]
+    assert damaged and "selected_token_ids differs" in (damaged[0].reason or ""), damaged
+
+
+def test_a_score_file_is_written_as_safetensors_writes_it(tmp_path: Path) -> None:
+    # The payload is written from the tensors' own memory (no serialized copy): the bytes are
+    # the ones safetensors' own writer gives (one metadata key: its key order is a hash map's).
+    from safetensors.torch import save
+
+    from xconf.artifacts.safe_io import publish_bytes
+    from xconf.artifacts.tensor_file import tensor_parts
+
+    g = torch.Generator().manual_seed(3)
+    tensors = {
+        "logprobs": -torch.rand(3, 5, generator=g),
+        "token_ids": torch.randint(0, 9, (3, 5), generator=g, dtype=torch.int32),
+        "selected": torch.randint(0, 9, (3, 5), generator=g),
+        "active_mask": torch.ones(3, 5, dtype=torch.uint8),
+        "threshold": torch.tensor(1e-5, dtype=torch.float64),
+        "half": torch.rand(2, 2, generator=g).bfloat16(),
+        "empty": torch.zeros(0, 4),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),
+    }
+    expected = save({k: v.contiguous() for k, v in tensors.items()}, metadata={"case_id": "c"})
+    digest = publish_bytes(tmp_path, "t.safetensors", tensor_parts(tensors, {"case_id": "c"}))
+    assert (tmp_path / "t.safetensors").read_bytes() == expected
+    import hashlib
+
+    assert digest == hashlib.sha256(expected).hexdigest()

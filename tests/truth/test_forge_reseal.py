@@ -166,7 +166,8 @@ def test_a_resealed_judged_mask_is_named_by_verify(
     assert verify_run(run).exit_code == 0
     (attempt,) = [a for c in (run / "cases").iterdir() for a in c.iterdir()]
     tensors = load_file(str(attempt / name))
-    forged = tensors["active_mask"].clone()
+    # score_training holds no token field of its own: the forger adds one that disagrees
+    forged = load_file(str(attempt / "score_rollout.safetensors"))["active_mask"].clone()
     forged[0, 0] = 0
     tensors["active_mask"] = forged
     _reseal(attempt, name, save(tensors, metadata={"case_id": "x", "attempt_id": attempt.name}))

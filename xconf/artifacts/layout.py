@@ -21,6 +21,7 @@ import os
 import re
 import stat
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,45 @@ def sha256_file(path: Path, limit: int | None = None, *, follow: bool = False) -
     """
     with open_regular(path, limit, follow=follow) as fd, os.fdopen(os.dup(fd), "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+class StreamDigest:
+    """The SHA-256 of consecutive chunks, each large one hashed on a worker thread while the
+    caller reads or writes the next (hashlib releases the GIL): with a second core free the
+    digest of a large payload costs little more than its I/O. A chunk must stay unchanged
+    until the next :meth:`update` or :meth:`hexdigest`. Use it as a context manager."""
+
+    THREADED = 1 << 20  # below this a chunk is hashed inline: a thread would cost more
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+
+    def __enter__(self) -> StreamDigest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def update(self, chunk: bytes | memoryview) -> None:
+        self._wait()
+        if len(chunk) < self.THREADED:
+            self._hash.update(chunk)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="xconf-digest")
+        self._pending = self._pool.submit(self._hash.update, chunk)
+
+    def hexdigest(self) -> str:
+        self._wait()
+        return self._hash.hexdigest()
 
 
 def _depth(value: Any) -> int:

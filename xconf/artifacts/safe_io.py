@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 import shutil
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from xconf.artifacts.layout import attempt_name, attempt_number, sha256_file
+from xconf.artifacts.layout import StreamDigest, attempt_name, attempt_number, sha256_file
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
 
@@ -120,15 +119,22 @@ def _as_dir(directory: Dir | Path) -> tuple[Dir, bool]:
     return open_root(directory, create=False), True
 
 
+Parts = tuple[bytes | bytearray | memoryview, ...]  # a file as its consecutive pieces
+CHUNK = 16 << 20  # bytes hashed and written at a time: the digest reads them while cached
+
+
 def publish_bytes(
     directory: Dir | Path,
     name: str,
-    data: bytes,
+    data: bytes | Parts,
     *,
     staging: Dir | Path | None = None,
     replace: bool = False,
 ) -> str:
     """Write ``data`` as ``directory/name`` atomically and durably; returns its sha256.
+
+    ``data`` may be the file's consecutive parts (a header and views of tensor memory): they
+    are written and digested in place, so a large payload is never joined into one copy.
 
     The bytes go to a fresh temporary file (``O_EXCL | O_NOFOLLOW``) in ``staging`` (same
     filesystem) or ``directory``, are fsynced, then linked into place: ``link`` refuses an
@@ -159,9 +165,8 @@ def publish_bytes(
             raise io_error(exc, final) from None
         try:
             try:
-                pending = memoryview(data)
-                while pending:  # a short write (file-size limit, full disk) is not a success
-                    pending = pending[os.write(fd, pending) :]
+                parts = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+                digest = _write_parts(fd, parts)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -190,7 +195,21 @@ def publish_bytes(
             stage.close()
         if close_target:
             target.close()
-    return hashlib.sha256(data).hexdigest()
+    return digest
+
+
+def _write_parts(fd: int, parts: Parts) -> str:
+    """Write every part in order (a short write is not a success); the SHA-256 of them all,
+    each chunk hashed while it is written."""
+    with StreamDigest() as digest:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), CHUNK):
+                pending = view[start : start + CHUNK]
+                digest.update(pending)
+                while pending:  # a short write (file-size limit, full disk) is not a success
+                    pending = pending[os.write(fd, pending) :]
+        return digest.hexdigest()
 
 
 def write_file(path: Path, data: bytes) -> None:

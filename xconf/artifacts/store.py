@@ -36,6 +36,7 @@ from xconf.artifacts.plan_seal import (
 )
 from xconf.artifacts.safe_io import (
     Dir,
+    Parts,
     allocate_attempt_dir,
     check_id,
     publish_bytes,
@@ -233,7 +234,7 @@ class ExperimentStore:
     ) -> PublishedAttempt:
         """Allocate an attempt, publish every payload, then seal it with COMPLETE, last
         (:func:`publish_sealed`)."""
-        from safetensors.torch import save
+        from xconf.artifacts.tensor_file import tensor_parts
 
         names = set(documents) | set(tensors)
         if names != set(PAYLOAD_FILES):
@@ -242,13 +243,11 @@ class ExperimentStore:
         check_id(case_id, "case_id")
         self.check_present()
 
-        def payload(attempt_id: str, name: str) -> bytes:
+        def payload(attempt_id: str, name: str) -> bytes | Parts:
             if name in documents:
                 return json_bytes(documents[name])
-            return save(
-                {k: v.contiguous() for k, v in tensors[name].items()},
-                metadata={"case_id": case_id, "attempt_id": attempt_id},
-            )
+            # written from the tensors' own memory: no serialized copy of a large payload
+            return tensor_parts(tensors[name], {"case_id": case_id, "attempt_id": attempt_id})
 
         def seal(attempt_id: str, digests: Mapping[str, str]) -> dict[str, Any]:
             return {
@@ -344,7 +343,7 @@ class ExperimentStore:
 def publish_sealed(
     parent: Dir,
     names: Sequence[str],
-    payload: Callable[[str, str], bytes],
+    payload: Callable[[str, str], bytes | Parts],
     seal: Callable[[str, Mapping[str, str]], Mapping[str, Any]],
 ) -> str:
     """The one writer of a sealed directory: allocate a new ``a-NNNN`` under ``parent``,

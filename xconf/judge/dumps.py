@@ -175,12 +175,6 @@ def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
         )
     mask = _mask(columns, keys, rollout_col, where)
     responses = _token_ids(columns, keys, rollout.shape, where)
-    kept = [t for t in (rollout, training, responses) if t is not None]
-    if sum(t.numel() * t.element_size() for t in kept) < 0.75 * parsed.size:
-        # Most of the file is something judge does not keep (an int64 mask now held as
-        # bool, other tensors): copy what it keeps, so the file's bytes can be freed.
-        rollout, training = rollout.clone(), training.clone()
-        responses = None if responses is None else responses.clone()
     meta = parsed.meta
     declared = tuple((k, str(meta[k])) for k in DTYPE_KEYS if k in meta)
     return Dump(

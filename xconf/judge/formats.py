@@ -1,30 +1,33 @@
 """The bytes of one dump, read once from one open file, and the tensors parsed from them.
 
-Judge digests exactly the bytes it parses: the file is opened once, read into memory while
-it is hashed, and every format is parsed from that buffer. A dump replaced (renamed over)
-while judge reads it therefore cannot put one file's digest on another file's verdict.
+Judge digests exactly the bytes it parses: the file is opened once and every byte is hashed
+as it is read; a safetensors dump is read in file order straight into its wanted tensors
+(nothing else is kept: no whole-file buffer, no second copy), every other format is read into
+memory and parsed from that buffer. A dump replaced (renamed over) while judge reads it
+therefore cannot put one file's digest on another file's verdict.
 
-Formats: safetensors (parsed here, tensors are views of the buffer: no second copy),
-npz without pickle, Parquet and JSON Lines. Parquet and JSONL hold one row per sequence;
-rows of different lengths (ragged) are padded, and the lengths come back beside the values
-so a mask can be built from them. Pickle formats are refused before the file is opened.
+Formats: safetensors (parsed here), npz without pickle, Parquet and JSON Lines. Parquet and
+JSONL hold one row per sequence; rows of different lengths (ragged) are padded, and the
+lengths come back beside the values so a mask can be built from them. Pickle formats are
+refused before the file is opened.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from xconf.artifacts.layout import UNBOUNDED, open_regular
+from xconf.artifacts.layout import UNBOUNDED, StreamDigest, open_regular
 from xconf.errors import ArtifactError, XconfError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
@@ -76,33 +79,15 @@ class Parsed:
 Read = tuple[dict[str, Column], dict[str, str], set[str]]
 
 
-def read_once(path: Path) -> tuple[bytearray, str]:
-    """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
+CHUNK = 16 << 20  # bytes read (and handed to the digest) at a time
+
+
+@contextmanager
+def _dump_file(path: Path) -> Iterator[tuple[int, int]]:
+    """(descriptor, size) of the dump; a missing or unreadable file is a coded error."""
     try:
         with open_regular(path, UNBOUNDED, follow=True) as fd:
-            size = os.fstat(fd).st_size
-            try:
-                buffer = bytearray(size)
-            except MemoryError:
-                raise JudgeError(
-                    "judge.too_large",
-                    f"{path.name} ({size} bytes) does not fit in memory",
-                    str(path),
-                ) from None
-            view = memoryview(buffer)
-            digest = hashlib.sha256()
-            done = 0
-            while done < size:
-                got = os.readv(fd, [view[done : done + (64 << 20)]])
-                if got == 0:
-                    raise JudgeError(
-                        "judge.changed", f"{path.name} shrank while it was read", str(path)
-                    )
-                digest.update(view[done : done + got])
-                done += got
-            if os.read(fd, 1):
-                raise JudgeError("judge.changed", f"{path.name} grew while it was read", str(path))
-            return buffer, digest.hexdigest()
+            yield fd, os.fstat(fd).st_size
     except FileNotFoundError:
         raise JudgeError("judge.missing_file", "dump file does not exist", str(path)) from None
     except ArtifactError as exc:
@@ -111,28 +96,97 @@ def read_once(path: Path) -> tuple[bytearray, str]:
         raise JudgeError("judge.unreadable", f"cannot read {path}: {exc}", str(path)) from None
 
 
-def _safetensors(buffer: bytearray, wanted: set[str], where: str) -> Read:
-    if len(buffer) < 8:
-        raise JudgeError("judge.unreadable", "shorter than a safetensors header", where)
-    (length,) = struct.unpack_from("<Q", buffer, 0)
-    if length > min(MAX_HEADER, len(buffer) - 8):
-        raise JudgeError(
-            "judge.unreadable", f"safetensors header length {length} runs past the file", where
-        )
+def _read_into(fd: int, view: memoryview, digest: StreamDigest, path: Path) -> None:
+    """Fill ``view`` from ``fd``, each chunk handed to the digest as it arrives."""
+    done = 0
+    while done < len(view):
+        got = os.readv(fd, [view[done : done + CHUNK]])
+        if got == 0:
+            raise JudgeError("judge.changed", f"{path.name} shrank while it was read", str(path))
+        digest.update(view[done : done + got])
+        done += got
+
+
+def _at_end(fd: int, path: Path) -> None:
+    if os.read(fd, 1):
+        raise JudgeError("judge.changed", f"{path.name} grew while it was read", str(path))
+
+
+def _allocated(size: int, path: Path) -> bytearray:
     try:
-        header = json.loads(bytes(buffer[8 : 8 + length]).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise JudgeError("judge.unreadable", f"safetensors header: {exc}", where) from None
-    if not isinstance(header, dict):
-        raise JudgeError("judge.unreadable", "safetensors header is not an object", where)
-    raw_meta = header.pop("__metadata__", None) or {}
-    meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
-    start, data = 8 + length, len(buffer) - 8 - length
-    columns: dict[str, Column] = {}
-    names = set(header)
-    for name in sorted(names & wanted):
-        columns[name] = Column(_st_tensor(buffer, name, header[name], start, data, where))
-    return columns, meta, names
+        return bytearray(size)
+    except MemoryError:
+        raise JudgeError(
+            "judge.too_large", f"{path.name} ({size} bytes) does not fit in memory", str(path)
+        ) from None
+
+
+def read_once(path: Path) -> tuple[bytearray, str]:
+    """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
+    with _dump_file(path) as (fd, size), StreamDigest() as digest:
+        buffer = _allocated(size, path)
+        _read_into(fd, memoryview(buffer), digest, path)  # each chunk hashed as the next is read
+        _at_end(fd, path)
+        return buffer, digest.hexdigest()
+
+
+def _skip(fd: int, count: int, digest: StreamDigest, path: Path) -> None:
+    """Read and digest ``count`` bytes nothing keeps, through two alternating buffers (the
+    digest may still be hashing the previous one)."""
+    buffers = [bytearray(min(count, CHUNK)) for _ in range(2 if count > CHUNK else 1)]
+    for turn, start in enumerate(range(0, count, CHUNK)):
+        view = memoryview(buffers[turn % len(buffers)])[: min(CHUNK, count - start)]
+        _read_into(fd, view, digest, path)
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    return tensor.reshape(-1).view(torch.uint8).numpy().data  # contiguous: a flat byte view
+
+
+def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
+    """A safetensors dump read once, in file order, from one descriptor: each wanted tensor
+    straight into memory of its own (nothing else is kept, no whole-file buffer), every byte
+    of the file digested as it is read."""
+    where = str(path)
+    with _dump_file(path) as (fd, size), StreamDigest() as digest:
+        if size < 8:
+            raise JudgeError("judge.unreadable", "shorter than a safetensors header", where)
+        prefix = bytearray(8)
+        _read_into(fd, memoryview(prefix), digest, path)
+        (length,) = struct.unpack_from("<Q", prefix, 0)
+        if length > min(MAX_HEADER, size - 8):
+            raise JudgeError(
+                "judge.unreadable", f"safetensors header length {length} runs past the file", where
+            )
+        text = _allocated(length, path)
+        _read_into(fd, memoryview(text), digest, path)
+        try:
+            header = json.loads(bytes(text).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise JudgeError("judge.unreadable", f"safetensors header: {exc}", where) from None
+        if not isinstance(header, dict):
+            raise JudgeError("judge.unreadable", "safetensors header is not an object", where)
+        raw_meta = header.pop("__metadata__", None) or {}
+        meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
+        names, data = set(header), size - 8 - length
+        entries = sorted(
+            (_st_entry(name, header[name], data, where) for name in names & wanted),
+            key=lambda entry: (entry[3], entry[4]),
+        )
+        columns: dict[str, Column] = {}
+        position = 0
+        for name, dtype, shape, begin, end in entries:
+            if begin < position:  # safetensors' own loader refuses overlapping tensors too
+                raise JudgeError("judge.unreadable", f"'{name}' overlaps another tensor", where)
+            _skip(fd, begin - position, digest, path)
+            tensor = torch.empty(shape, dtype=dtype)
+            if end > begin:
+                _read_into(fd, _tensor_bytes(tensor), digest, path)
+            columns[name] = Column(tensor)
+            position = end
+        _skip(fd, data - position, digest, path)
+        _at_end(fd, path)
+        return Parsed(digest.hexdigest(), size, columns, meta, frozenset(names))
 
 
 def _ints(value: Any) -> list[int] | None:
@@ -144,9 +198,10 @@ def _ints(value: Any) -> list[int] | None:
     return value
 
 
-def _st_tensor(
-    buffer: bytearray, name: str, info: Any, start: int, data: int, where: str
-) -> torch.Tensor:
+def _st_entry(
+    name: str, info: Any, data: int, where: str
+) -> tuple[str, torch.dtype, list[int], int, int]:
+    """(name, dtype, shape, begin, end) of a header entry, checked against the data section."""
     here = f"{where}:{name}"
     if not isinstance(info, dict):
         raise JudgeError("judge.unreadable", f"header entry '{name}' is not an object", here)
@@ -168,14 +223,7 @@ def _st_tensor(
             "data section",
             here,
         )
-    if numel == 0:
-        return torch.zeros(shape, dtype=dtype)
-    offset = start + begin
-    if offset % itemsize:  # unaligned: one copy of this tensor only
-        return torch.frombuffer(bytearray(buffer[offset : offset + end - begin]), dtype=dtype).view(
-            shape
-        )
-    return torch.frombuffer(buffer, dtype=dtype, count=numel, offset=offset).view(shape)
+    return name, dtype, shape, begin, end
 
 
 def _npz(buffer: bytearray, wanted: set[str], where: str) -> Read:
@@ -312,7 +360,7 @@ def _jsonl(buffer: bytearray, wanted: set[str], where: str) -> Read:
     return columns, meta, names
 
 
-READERS = {".safetensors": _safetensors, ".npz": _npz, ".parquet": _parquet, ".jsonl": _jsonl}
+READERS = {".npz": _npz, ".parquet": _parquet, ".jsonl": _jsonl}  # parsed from the read bytes
 
 
 def parse_dump(path: Path, wanted: set[str]) -> Parsed:
@@ -324,8 +372,10 @@ def parse_dump(path: Path, wanted: set[str]) -> Parsed:
             f"{path.name} is a pickle format; xconf never loads pickles. {EXPORT_HINT}",
             str(path),
         )
-    if suffix not in READERS:
+    if suffix not in SUFFIXES:
         raise JudgeError("judge.format", f"a dump is one of {', '.join(SUFFIXES)}", str(path))
+    if suffix == ".safetensors":
+        return read_safetensors(path, wanted)
     buffer, sha256 = read_once(path)
     try:
         columns, meta, names = READERS[suffix](buffer, wanted, str(path))

@@ -19,7 +19,7 @@ import torch
 
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.canonical import canonical_digest, canonical_json
-from xconf.case_documents import TENSOR_SCHEMA, score_tensors
+from xconf.case_documents import TENSOR_SCHEMA
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
@@ -30,8 +30,10 @@ from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
 # v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
-# payloads in safetensors only, verl's figures in the dumped dtype.
-JUDGE_VERSION = "xconf-judge.v2"
+# payloads in safetensors only, verl's figures in the dumped dtype. v3: every per-token
+# payload once: one token table (score_rollout.safetensors; token ids int32 when they fit),
+# the logprobs in token_diffs alone.
+JUDGE_VERSION = "xconf-judge.v3"
 RUNTIME_KIND = "judge"
 
 
@@ -82,7 +84,17 @@ def resolve_dtypes(
     return JudgedCase(dump, roll, train, correction)
 
 
-TOKEN_PAYLOAD = ("score_rollout.safetensors", ("token_ids", "selected_token_ids", "active_mask"))
+# Each per-token payload of a judged attempt is stored once (xconf.runtime.rederive reads
+# this): one token table, where a verl dump's scored tokens are its response tokens
+# (selected_token_ids is token_ids), and both sides' logprobs in token_diffs, which holds
+# the dumped values on every active token (the verdict's and verify's input).
+TOKEN_FILE = "score_rollout.safetensors"
+TOKEN_PAYLOAD = {
+    "file": TOKEN_FILE,
+    "tensors": ["token_ids", "active_mask"],
+    "same_as": {"selected_token_ids": "token_ids"},
+    "logprobs": "token_diffs.safetensors",
+}
 
 
 def _identity(case: JudgedCase) -> Identity:
@@ -119,7 +131,7 @@ def _identity(case: JudgedCase) -> Identity:
                 "shape": [b, t],
                 "ragged": d.ragged,
                 "active_tokens": int(d.mask.sum()),
-                "token_payload": {"file": TOKEN_PAYLOAD[0], "tensors": list(TOKEN_PAYLOAD[1])},
+                "token_payload": TOKEN_PAYLOAD,
             },
             allow_nan=False,
         ),
@@ -132,8 +144,7 @@ def _inputs(dump: Dump) -> FrozenInputs:
     ids = dump.responses if dump.responses is not None else torch.zeros((b, t), dtype=torch.int64)
     return FrozenInputs(
         token_ids=ids,
-        # a tensor of its own: safetensors refuses two names for one storage in one file
-        selected_token_ids=ids.clone(),
+        selected_token_ids=ids,  # the scored tokens are the response tokens (one table)
         active_mask=dump.mask,
         attention_mask=dump.mask,
         position_ids=torch.arange(t).expand(b, t),
@@ -219,17 +230,27 @@ def judge_cases(
         rollout, training, outcome = verdict(case, identity)
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
-        tensors = {
-            "score_rollout.safetensors": score_tensors(rollout),
-            "score_training.safetensors": score_tensors(training),
-            "token_diffs.safetensors": outcome.token_diffs,
-        }
+        tensors = {**score_files(rollout, training), "token_diffs.safetensors": outcome.token_diffs}
         published = store.publish_attempt(
             case.case_id, key, documents, tensors, outcome.document["result"]
         )
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, torch.Tensor]]:
+    """The score files of a judged attempt (:data:`TOKEN_PAYLOAD`): the one token table, and
+    no logprobs (token_diffs holds them). Token ids are stored as int32 when every one fits
+    (a vocabulary below 2**31), so the table costs 5 bytes a token, not 25."""
+    del training  # its logprobs, like the rollout's, are token_diffs' alone
+    ids = rollout.scored_token_ids
+    narrow = ids.numel() == 0 or int(ids.max()) <= torch.iinfo(torch.int32).max
+    table = {
+        "token_ids": ids.to(torch.int32 if narrow else torch.int64).contiguous(),
+        "active_mask": rollout.scored_active_mask.to(torch.uint8).contiguous(),
+    }
+    return {TOKEN_FILE: table, "score_training.safetensors": {}}
 
 
 def verdict(

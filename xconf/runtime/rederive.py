@@ -160,9 +160,29 @@ def strict_problems(docs: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _declared_token_payload(identity: Mapping[str, Any]) -> tuple[str, list[int], int] | None:
-    """(file, shape, active tokens) when identity.json keeps no token table of its own and its
-    recipe names the score file that holds it (``xconf judge``), else None."""
+@dataclass(frozen=True)
+class TokenPayload:
+    """Where a judged dump's identity keeps its token table: one score file, not JSON.
+
+    ``same_as`` names the fields stored once under another field's name (a verl dump's
+    scored tokens are its response tokens: ``selected_token_ids`` is ``token_ids``);
+    ``logprobs``, when set, the one file that holds both sides' logprobs (token_diffs: the
+    dumped values on the active tokens), so the score files hold none of their own.
+    """
+
+    file: str
+    shape: list[int]
+    active: int
+    same_as: Mapping[str, str]
+    logprobs: str | None = None
+
+    def stored_name(self, field: str) -> str:
+        return self.same_as.get(field, field)
+
+
+def token_payload(identity: Mapping[str, Any]) -> TokenPayload | None:
+    """The token table identity.json declares when it keeps none of its own and its recipe
+    names the score file that holds it (``xconf judge``), else None."""
     if any(identity.get(name) for name in ID_FIELDS):
         return None
     try:
@@ -171,13 +191,24 @@ def _declared_token_payload(identity: Mapping[str, Any]) -> tuple[str, list[int]
             recipe = json.loads(recipe)
         declared = recipe["token_payload"]
         file, shape, active = declared["file"], recipe["shape"], recipe["active_tokens"]
-    except (TypeError, ValueError, KeyError):
+        tensors, same_as = declared["tensors"], declared.get("same_as", {})
+        logprobs = declared.get("logprobs")
+    except (TypeError, ValueError, KeyError, AttributeError):
         return None
     if file not in SCORE_FILES.values() or not isinstance(active, int):
         return None
+    if logprobs not in (None, TOKEN_DIFFS_NAME):
+        return None
     if not (isinstance(shape, list) and all(isinstance(n, int) for n in shape)):
         return None
-    return file, shape, active
+    if not isinstance(tensors, list) or not isinstance(same_as, dict):
+        return None
+    # every field is stored, or the same as a stored one: none is left unchecked
+    if not all(field in tensors or same_as.get(field) in tensors for field in ID_FIELDS):
+        return None
+    if not set(same_as) <= set(ID_FIELDS) or set(same_as) & set(tensors):
+        return None
+    return TokenPayload(file, shape, active, dict(same_as), logprobs)
 
 
 def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
@@ -188,22 +219,24 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
 
     problems = []
     expected = {}
-    payload = _declared_token_payload(identity)
+    payload = token_payload(identity)
     reference = None  # the score file the others are checked against, when it is not JSON
     if payload is not None:
         # A judged dump's identity names its tokens by the dump's digest and keeps them in
-        # one score file (per-token JSON does not scale); every other file must agree with
-        # that file, and it with the shape and active count the identity records.
-        reference, shape, active = payload
+        # one score file (per-token JSON does not scale): that file holds the one token
+        # table, of the shape and active count the identity records; any token field
+        # another file also holds must agree with it.
+        reference = payload.file
         held = read_tensors(path / reference)
         if not held:
             return [f"{reference} holds no token table (identity.json names it)"]
         for name in ID_FIELDS:
-            table = held.get(name)
-            if table is None or list(table.shape) != shape:
-                return [f"{reference} {name} is not of the identity's shape {shape}"]
+            table = held.get(payload.stored_name(name))
+            if table is None or list(table.shape) != payload.shape:
+                return [f"{reference} {name} is not of the identity's shape {payload.shape}"]
             expected[name] = table.to(torch.int64)
-        if int(expected["active_mask"].sum()) != active:
+        if int(expected["active_mask"].sum()) != payload.active:
+            active = payload.active
             return [f"{reference} active_mask has not the identity's {active} active tokens"]
     else:
         for name in ID_FIELDS:
@@ -220,6 +253,8 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
             continue  # nothing was scored on this side (an error or identity verdict)
         for field in ID_FIELDS if label != "diffs" else ("active_mask",):
             stored = tensors.get(field)
+            if stored is None and reference is not None and label != "diffs":
+                continue  # the one token table is the reference file's
             if stored is None or stored.shape != expected[field].shape:
                 problems.append(f"{name} {field} is not of the identity's shape")
             elif not torch.equal(stored.to(torch.int64), expected[field]):

@@ -9,13 +9,17 @@ constructed engine actually uses (its resolved ``vllm_config`` and, through
 from __future__ import annotations
 
 import contextlib
-import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
 from xconf.adapters.vllm import heap
+from xconf.adapters.vllm.process import (
+    configure_env,
+    destroy_vllm_distributed,
+    inprocess_executor,
+)
 from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
 from xconf.adapters.vllm.state import VllmState
 from xconf.canonical import canonical_digest
@@ -164,55 +168,6 @@ def _vocab_shard(model: Any, tp_rank: int) -> dict[str, int] | None:
     }
 
 
-def _configure_env(cfg: RolloutEngineConfig) -> None:
-    try:  # vLLM caches its environment once an engine core starts; this engine needs fresh reads
-        import vllm.envs as vllm_envs
-
-        vllm_envs.disable_envs_cache()
-    except (ImportError, AttributeError, AssertionError):
-        pass
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
-    # Read by the worker at start-up (init_batch_invariance); set either way so that a
-    # previous engine's value never leaks into this one.
-    os.environ["VLLM_BATCH_INVARIANT"] = "1" if cfg.batch_invariant else "0"
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc readback
-    if (
-        cfg.tensor_parallel_size > 1
-        and os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto"
-    ):
-        try:
-            from vllm.platforms import current_platform
-
-            is_cpu = current_platform.is_cpu()
-        except ImportError:  # pragma: no cover
-            is_cpu = True
-        if is_cpu:
-            ncpu = os.cpu_count() or 1
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-                str(r % ncpu) for r in range(cfg.tensor_parallel_size)
-            )
-
-
-def _destroy_vllm_distributed() -> None:
-    """End the model-parallel groups and the process group an in-process engine started."""
-    try:
-        from vllm.distributed.parallel_state import (
-            destroy_distributed_environment,
-            destroy_model_parallel,
-        )
-
-        destroy_model_parallel()
-        destroy_distributed_environment()
-    except Exception:
-        pass
-
-
-def _executor(llm: Any) -> Any:
-    """The executor of an engine whose core runs in this process (None otherwise)."""
-    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
-    return getattr(core, "model_executor", None)
-
-
 class VllmRolloutEngine:
     """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
 
@@ -222,7 +177,7 @@ class VllmRolloutEngine:
     def __init__(self, cfg: RolloutEngineConfig) -> None:
         cfg.validate()
         self.cfg = cfg
-        _configure_env(cfg)
+        configure_env(cfg.in_process, bool(cfg.batch_invariant), cfg.tensor_parallel_size)
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -280,7 +235,7 @@ class VllmRolloutEngine:
             if cfg.in_process and self._owns_process_group:
                 # A build that failed half-way may have started torch.distributed: left up,
                 # the next engine in this process would take it for a launcher's group.
-                _destroy_vllm_distributed()
+                destroy_vllm_distributed()
             heap.released()
             if isinstance(exc, XconfError) or not isinstance(exc, Exception):
                 raise  # a case deadline (already coded), an interrupt
@@ -349,12 +304,12 @@ class VllmRolloutEngine:
             return
         # The workers of a multiprocess engine exit in the background (reaper.py says when
         # the next build waits for them).
-        REAPER.defer(_executor(llm))
+        REAPER.defer(inprocess_executor(llm))
         with contextlib.suppress(Exception), heap.vllm_gc_calls_skipped():
             llm.llm_engine.engine_core.shutdown()  # a dead engine core must not block cleanup
         del llm
         if self.cfg.in_process:
-            _destroy_vllm_distributed()
+            destroy_vllm_distributed()
         heap.released()
 
     def __enter__(self) -> VllmRolloutEngine:
