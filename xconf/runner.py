@@ -22,9 +22,15 @@ from xconf.comparison import (
     error_outcome,
     identity_outcome,
 )
+from xconf.config.identity import TOKEN_FIELDS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.engine_cache import EngineCache
-from xconf.errors import ArtifactError, IdentityViolation, XconfError
+from xconf.errors import (
+    ArtifactError,
+    IdentityViolation,
+    RuntimeMaterializationError,
+    XconfError,
+)
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
 from xconf.knobs import BATCH_SIZE, side_dtype
@@ -124,12 +130,18 @@ class PairedRunner:
                 "xconf": provenance.xconf_version(),
                 "torch": torch.__version__,
                 "python": platform.python_version(),
-                **dict(self.adapter.environment()),
+                **provenance.checked_environment(self.adapter),
             }
         return dict(self._env)
 
     def _bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         raw = self.adapter.bind(case, identity)
+        if raw.case_id != case.case.case_id:
+            raise RuntimeMaterializationError(
+                "runtime.bind_mismatch",
+                f"the runtime bound case {raw.case_id!r} when asked for {case.case.case_id!r}",
+                "runtime._target_",
+            )
         kind = self.adapter.runtime_kind
         return replace(
             raw,
@@ -208,6 +220,15 @@ class PairedRunner:
                 f"another frozen identity: {conflict}; choose another experiment_id (or "
                 "output root)",
                 "experiment_id",
+            )
+        altered = [f for f in TOKEN_FIELDS if getattr(identity, f) != getattr(spec.identity, f)]
+        if spec.identity.recipe == "{}" and altered:
+            # Declared tokens are frozen as declared (a runtime may pin the checkpoint's digest
+            # in its id): scores of other tokens would be this plan's verdicts.
+            raise IdentityViolation(
+                "identity.altered_by_runtime",
+                f"the runtime froze other {', '.join(altered)} than the experiment declares",
+                f"identity.{altered[0]}",
             )
         inputs = frozen_inputs(identity)
         summary = RunSummary(spec.experiment_id, str(self.store.path))
@@ -311,7 +332,9 @@ class PairedRunner:
                 threshold,
                 self.contract,
             )
-        except Exception as exc:  # a failing case is a verdict, never a crashed sweep
+        # A failing case is a verdict, never a crashed sweep; a runtime's sys.exit() too (it
+        # would end the run with exit 0 and the case unscored). A stop signal is no verdict.
+        except (Exception, SystemExit) as exc:
             if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
                 self.engines.close()  # a stopped engine may be mid-call: never reuse it
             # Sides the case never reached still say what was requested and materialized.

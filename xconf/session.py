@@ -26,6 +26,7 @@ from xconf.experiment import PLAN_SCHEMA, ExperimentSpec
 from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.planner import plan_experiment, same_as_baseline
 from xconf.run_output import OutputPolicy, third_party_output
+from xconf.runtime.input_limits import check_runtime_limits
 from xconf.runtime.loading import instantiate_runtime
 
 if TYPE_CHECKING:
@@ -108,10 +109,23 @@ def plan_header(execution: ExecutionPlan) -> dict[str, Any]:
 
 
 def prepare(
-    spec: ExperimentSpec, *, output_root: str | Path, allow_smoke_operators: bool, device: str
+    spec: ExperimentSpec,
+    *,
+    output_root: str | Path,
+    allow_smoke_operators: bool,
+    device: str,
+    runtime: Mapping[str, Any] | DictConfig | None = None,
 ) -> Prepared:
-    """Plan and bind operators; raises before anything is written when input is invalid."""
+    """Plan and bind operators; raises before anything is written when input is invalid.
+
+    ``runtime``: the runtime config of the run or the plan; the identity's explicit rows are
+    checked against the vocabulary and context its adapter names (no engine is built, no
+    adapter imported). None (``xconf plan`` without ``--runtime``): no model to check against.
+    """
     plan = plan_experiment(spec)
+    # A runtime for another device is refused as such when the run starts (device_mismatch).
+    if runtime is not None and device == spec.scenario.device:
+        check_runtime_limits(spec.identity, runtime, spec.scenario.device)
     policy = ResolutionPolicy(allow_smoke_operators=allow_smoke_operators, device=device)
     catalog = make_catalog(allow_smoke_operators)
     execution = build_execution_plan(plan, catalog, policy)
@@ -254,10 +268,28 @@ def guarded(step: Callable[[], Outcome]) -> Outcome:
         return Outcome(EXIT_INVALID, error=coded)
 
 
-def plan(spec: ExperimentSpec, *, output_root: str | Path, view: View, note: str = "") -> Outcome:
-    """Plan and publish ``plan.jsonl``; no engine is built and nothing is scored."""
+def plan(
+    spec: ExperimentSpec,
+    *,
+    output_root: str | Path,
+    view: View,
+    note: str = "",
+    runtime: Mapping[str, Any] | DictConfig | None = None,
+) -> Outcome:
+    """Plan and publish ``plan.jsonl``; no engine is built and nothing is scored.
+
+    ``runtime``: the runtime the plan is for (its options and input limits are checked)."""
+    if runtime is not None:
+        from xconf.runtime.loading import check_options_unimported
+
+        # A plan builds no runtime, but an option it would refuse is refused here too.
+        check_options_unimported(runtime)
     prepared = prepare(
-        spec, output_root=output_root, allow_smoke_operators=True, device=spec.scenario.device
+        spec,
+        output_root=output_root,
+        allow_smoke_operators=True,
+        device=spec.scenario.device,
+        runtime=runtime,
     )
     publish_plan(prepared)
     view.planned(prepared, note)
@@ -285,6 +317,7 @@ def run(
         output_root=options.output_root,
         allow_smoke_operators=options.allow_smoke_operators,
         device=adapter.device,
+        runtime=runtime,
     )
     with _progress(view, len(prepared.execution.cases)) as on_case:
         output = OutputPolicy(options.verbose, None if view is None else view.console)

@@ -109,6 +109,7 @@ def plan_sweep(
         output_root=output_root,
         allow_smoke_operators=allow_smoke,
         device=spec.scenario.device,
+        runtime=cfg.get("runtime"),
     )
     jobs = []
     for case in prepared.execution.cases:

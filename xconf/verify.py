@@ -32,7 +32,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -48,12 +48,13 @@ from xconf.artifacts.layout import (
     read_json,
     read_plan_lines,
 )
-from xconf.artifacts.plan_seal import plan_seal_problem
+from xconf.artifacts.plan_seal import plan_seal_problem, sealed_rows
 from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
 from xconf.runtime.rederive import record_problems
+from xconf.verify_plan import identity_digest, identity_split, plan_row_problems
 from xconf.verify_verdict import check_verdict
 
 __all__ = ["check_verdict", "main_verify", "open_run_dir", "verify_run"]
@@ -134,7 +135,15 @@ class _Judged:
         return self.reason is None and self.result not in NON_REUSABLE_RESULTS
 
 
-def _judge(store: ExperimentStore, entry: Path) -> _Judged:
+@dataclass(frozen=True)
+class _Run:
+    """What every attempt of the run is checked against: the sealed plan rows and header."""
+
+    rows: dict[str, dict[str, Any]]
+    header: dict[str, Any]
+
+
+def _judge(store: ExperimentStore, entry: Path, run: _Run) -> _Judged:
     check = store.verify_attempt(entry)
     result = sealed_result(check.state)
     if check.partial:
@@ -143,13 +152,19 @@ def _judge(store: ExperimentStore, entry: Path) -> _Judged:
     if reason is None and result not in NON_REUSABLE_RESULTS:
         # A verdict's records re-derived offline (an error is no verdict, never reused): the
         # execution key from the stored records, the identity's inner digest, strict
-        # execution re-applied, token fields vs the identity.
+        # execution re-applied, token fields vs the identity; then the records against the
+        # case's plan row and the header.
         problems = record_problems(entry, check.seal or {})
+        if not problems:
+            row = run.rows.get(entry.parent.name)
+            problems = plan_row_problems(entry, row, run.header)
         reason = "; ".join(problems) if problems else None
     return _Judged(check, result, reason)
 
 
-def _verify_case(store: ExperimentStore, case_dir: Path, planned: set[str]) -> list[Finding]:
+def _verify_case(
+    store: ExperimentStore, case_dir: Path, planned: set[str], run: _Run, digests: dict[str, str]
+) -> list[Finding]:
     case_id = case_dir.name
     findings: list[Finding] = []
     if case_id not in planned:
@@ -163,9 +178,12 @@ def _verify_case(store: ExperimentStore, case_dir: Path, planned: set[str]) -> l
                 Finding(case_id, entry.name, "damaged", None, "unexpected entry in case dir")
             )
             continue
-        judged.append(_judge(store, entry))
+        judged.append(_judge(store, entry, run))
     judged.sort(key=lambda j: j.number)
     answer = max((j.number for j in judged if j.has_verdict), default=None)
+    digest = None if answer is None else identity_digest(case_dir / f"a-{answer:04d}")
+    if digest is not None:
+        digests[f"{case_id}/a-{answer:04d}"] = digest
     for j in judged:
         attempt_id = j.check.attempt_id
         later = answer is not None and j.number < answer
@@ -220,6 +238,11 @@ def verify_run(run_dir: Path) -> VerifyReport:
     plan_problem = plan_seal_problem(store.path)
     if plan_problem is not None:  # a swapped or edited row would relabel verdicts
         add(Finding("-", "-", "damaged", None, f"plan seal: {plan_problem}"))
+        run = _Run({}, {})
+    else:
+        header = read_json(store.path / HEADER_NAME)
+        run = _Run(sealed_rows(store.path), header if isinstance(header, dict) else {})
+    digests: dict[str, str] = {}
     if cases_dir.is_symlink() or (cases_dir.exists() and not cases_dir.is_dir()):
         add(Finding("-", "-", "damaged", None, "cases is not a real directory"))
         return report
@@ -228,12 +251,15 @@ def verify_run(run_dir: Path) -> VerifyReport:
         if not is_safe_id(case_id) or case_dir.is_symlink() or not case_dir.is_dir():
             add(Finding(case_id, "-", "damaged", None, "case entry is not a real directory"))
             continue
-        found = _verify_case(store, case_dir, planned)
+        found = _verify_case(store, case_dir, planned, run, digests)
         report.findings.extend(found)
         if any(f.status == "valid" for f in found):
             seen.add(case_id)
     for case_id in sorted(planned - seen):
         add(Finding(case_id, "-", "missing", None, "planned case has no sealed attempt"))
+    split = identity_split(digests)
+    if split is not None:  # what a resume refuses as artifacts.experiment_conflict
+        add(Finding("-", "-", "damaged", None, split))
     return report
 
 

@@ -144,6 +144,12 @@ CONFIG_ERRORS: list[tuple[str, Mutation, str, str]] = [
         "config.wrong_type",
         "identity.token_ids[1][2]",
     ),
+    (  # was planned as token 1
+        "token-id-true",
+        _set("identity.token_ids.0.0", True),
+        "config.wrong_type",
+        "identity.token_ids[0][0]",
+    ),
     (
         "position-negative",
         _set("identity.position_ids.0.0", -1),
@@ -259,6 +265,18 @@ CONFIG_ERRORS: list[tuple[str, Mutation, str, str]] = [
         "",
     ),
     ("duplicate-json-key", _text(_duplicate_key), "config.duplicate_key", "strategy"),
+    (  # longer than Python converts an integer: was a ValueError traceback
+        "int-5000-digits",
+        _text(lambda t: t.replace('"size": 2', '"size": ' + "9" * 5000, 1)),
+        "config.invalid_json",
+        "",
+    ),
+    (  # a lone surrogate no artifact or terminal can hold: was a UnicodeEncodeError in a run
+        "lone-surrogate",
+        _text(lambda t: t.replace('"s0-cpu-smoke"', '"s0-\\ud800"', 1)),
+        "config.invalid_text",
+        "scenario_id",
+    ),
     ("invalid-json", _text(lambda t: t[:-3]), "config.invalid_json", ""),
     # structure and types
     ("wrong-schema", _set("schema_version", "v0"), "config.schema_version", "schema_version"),

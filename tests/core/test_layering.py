@@ -39,14 +39,29 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("xconf.artifacts", "xconf.run_output")),
     (
         "planning",
-        ("xconf.config", "xconf.planner", "xconf.execution_plan", "xconf.runtime.loading"),
+        (
+            "xconf.config",
+            "xconf.planner",
+            "xconf.execution_plan",
+            "xconf.runtime.loading",
+            "xconf.runtime.input_limits",
+        ),
     ),
     ("kernels", ("xconf.ops", "xconf.testing")),
     (
         "runtime",
         ("xconf.runtime", "xconf.engine_cache", "xconf.comparison", "xconf.case_documents"),
     ),
-    ("verification", ("xconf.runner", "xconf.verify", "xconf.verify_verdict", "xconf.judge")),
+    (
+        "verification",
+        (
+            "xconf.runner",
+            "xconf.verify",
+            "xconf.verify_verdict",
+            "xconf.verify_plan",
+            "xconf.judge",
+        ),
+    ),
     ("adapters", ("xconf.adapters", "xconf.launchers")),
     ("report", ("xconf.report",)),
     ("service", ("xconf.session", "xconf.sweep", "xconf.sweep_service")),

@@ -180,7 +180,7 @@ def test_an_attempt_of_the_older_layout_still_verifies(tmp_path: Path, monkeypat
     # still named.
     from safetensors.torch import load_file, save
 
-    from tests.truth.test_forge_reseal import _reseal
+    from tests.truth.forgery import reseal as _reseal
     from xconf.artifacts.store import ExperimentStore
     from xconf.case_documents import score_tensors
     from xconf.judge import seal

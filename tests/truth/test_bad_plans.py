@@ -9,6 +9,7 @@ and the bound of the decode loop on a length-0 row.
 from __future__ import annotations
 
 import copy
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.commands import refused_in_process
 from tests.core.runs import only
 from xconf.adapters.cpu_smoke.engines import RolloutEngine
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
@@ -27,29 +29,148 @@ from xconf.planner import plan_experiment
 RUN = ("run", "--runtime", "cpu-smoke", "--allow-smoke-operators")
 
 
-def _too_long(doc) -> None:
-    identity = doc["identity"]
+def _too_long(identity: dict) -> None:
     for field in ("token_ids", "selected_token_ids", "active_mask", "attention_mask"):
         identity[field] = [row + [row[-1]] * 60 for row in identity[field]]  # 76 > 64 positions
     identity["position_ids"] = [list(range(len(r))) for r in identity["token_ids"]]
 
 
+def _oov_token(identity: dict) -> None:
+    identity["token_ids"][1][2] = 97  # the synthetic vocabulary is [0, 97)
+
+
+def _oov_selected(identity: dict) -> None:
+    identity["selected_token_ids"][0][3] = 10**6
+
+
+def _position_beyond(identity: dict) -> None:
+    identity["position_ids"][2][15] = 64  # 64 positions: 0..63
+
+
+# (id, mutation of the identity, code, the path the message names)
+MODEL_LIMITS = [
+    ("oov-token", _oov_token, "runtime.token_out_of_vocab", "identity.token_ids[1][2]"),
+    (
+        "oov-selected",
+        _oov_selected,
+        "runtime.token_out_of_vocab",
+        "identity.selected_token_ids[0][3]",
+    ),
+    ("too-long", _too_long, "runtime.sequence_too_long", "identity.token_ids[0]"),
+    (
+        "position-beyond",
+        _position_beyond,
+        "runtime.sequence_too_long",
+        "identity.position_ids[2][15]",
+    ),
+]
+FRONT_ENDS = ("xconf-plan", "mode-plan", "mode-plan-multirun", "xconf-run")
+
+
+def _identity_overrides(identity: dict) -> list[str]:
+    """The cpu_smoke experiment's token rows replaced on the Hydra command line."""
+    fields = ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
+    return [f"identity.{f}={json.dumps(identity[f]).replace(' ', '')}" for f in fields]
+
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 @pytest.mark.parametrize(
-    ("case", "code"),
-    [("oov", "runtime.token_out_of_vocab"), ("too-long", "runtime.sequence_too_long")],
+    ("case", "mutate", "code", "named"), MODEL_LIMITS, ids=[c[0] for c in MODEL_LIMITS]
 )
-def test_what_the_model_cannot_take_is_refused_before_a_run_writes(
-    xconf_cli, s0_doc, write_doc, tmp_path, case, code
+def test_what_the_model_cannot_take_is_refused_at_plan_time(
+    xconf_cli,
+    s0_doc,
+    write_doc,
+    tmp_path,
+    monkeypatch,
+    capsys,
+    front_end,
+    case,
+    mutate,
+    code,
+    named,
 ) -> None:
+    """``xconf plan --runtime``, ``mode=plan`` (also under ``-m``) and a run alike: exit 2,
+    the code and the entry named, nothing written; the checkpoint's limits come from the
+    runtime's options, no engine is built."""
     doc = only(copy.deepcopy(s0_doc), batch__size=[1])
-    if case == "oov":
-        doc["identity"]["selected_token_ids"][0][3] = 97  # the synthetic vocabulary is 97
-    else:
-        _too_long(doc)
+    mutate(doc["identity"])
     out = tmp_path / "out"
-    rc, _, stderr = xconf_cli(*RUN[:1], write_doc(doc), *RUN[1:], "--output-root", out)
-    assert rc == 2 and f"[{code}]" in stderr, stderr
-    assert not out.exists()
+    if front_end in ("xconf-plan", "xconf-run"):
+        file = write_doc(doc)
+        command = ["plan", file, "--runtime", "cpu-smoke"]
+        if front_end == "xconf-run":
+            command = [*RUN[:1], file, *RUN[1:]]
+        rc, _, stderr = xconf_cli(*command, "--output-root", out)
+        assert rc == 2 and f"[{code}] at '{named}'" in stderr, stderr
+        assert not out.exists()
+        return
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    argv = ["-m", "batch.size=1,2"] if front_end == "mode-plan-multirun" else []
+    argv += ["+experiment=cpu_smoke", "mode=plan", f"output_root={out}"]
+    argv += _identity_overrides(doc["identity"])
+    refused_in_process(monkeypatch, capsys, argv, code, f"'{named}'", case)
+    assert not out.exists()  # (Hydra's own run directory holds only its logs)
+
+
+def test_the_same_identity_plans_for_a_runtime_whose_model_takes_it(
+    xconf_cli, s0_doc, write_doc, tmp_path
+) -> None:
+    """The limits are the runtime's: a larger synthetic vocabulary takes the id (the check
+    reads the option, not a constant), and without --runtime the plan says it checked none."""
+    doc = only(copy.deepcopy(s0_doc), batch__size=[1])
+    _oov_token(doc["identity"])
+    path = write_doc(doc)
+    rc, _, stderr = xconf_cli(
+        "plan",
+        path,
+        "--runtime",
+        "cpu-smoke",
+        "runtime.vocab_size=98",
+        "--output-root",
+        tmp_path / "a",
+    )
+    assert rc == 0, stderr
+    rc, stdout, stderr = xconf_cli("plan", path, "--output-root", tmp_path / "b")
+    assert rc == 0 and "not checked against" in " ".join(stdout.split()), stderr
+
+
+def test_a_checkpoint_config_gives_the_real_runtime_its_limits(
+    xconf_cli, s3_doc, write_doc, tmp_path
+) -> None:
+    """vllm-hf: the vocabulary and positions of ``runtime.model.path``'s config.json (read as
+    JSON, nothing built), or the tiny model's when no path is given."""
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    config = {"model_type": "qwen3", "vocab_size": 151936, "max_position_embeddings": 40960}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    path = write_doc(s3_doc)  # Qwen3-8B ids up to 151645, 8 tokens a row
+    # (the experiment is a GPU one: a CPU runtime's model is not checked against it)
+    runtime = ("--runtime", "vllm-hf", "runtime.device=cuda")
+    plan = ("plan", path, *runtime, f"runtime.model.path={checkpoint}")
+    rc, _, stderr = xconf_cli(*plan, "--output-root", tmp_path / "a")
+    assert rc == 0, stderr
+    rc, _, stderr = xconf_cli(*plan, "runtime.max_model_len=4", "--output-root", tmp_path / "b")
+    assert rc == 2 and "[runtime.sequence_too_long] at 'identity.token_ids[0]'" in stderr, stderr
+    config["vocab_size"] = 151000
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    rc, _, stderr = xconf_cli(*plan, "--output-root", tmp_path / "c")
+    assert rc == 2 and "[runtime.token_out_of_vocab] at 'identity.token_ids[0][0]'" in stderr
+    assert "config.json" in stderr
+    tiny = (
+        "plan",
+        path,
+        "--runtime",
+        "vllm-hf",
+        "runtime.device=cuda",
+        "--output-root",
+        tmp_path / "d",
+    )
+    rc, _, stderr = xconf_cli(*tiny)
+    assert rc == 2 and "[runtime.token_out_of_vocab]" in stderr and "tiny qwen3" in stderr
+    assert not any((tmp_path / d).exists() for d in "bcd")
 
 
 @pytest.mark.parametrize(
@@ -57,8 +178,19 @@ def test_what_the_model_cannot_take_is_refused_before_a_run_writes(
     [
         ("+runtime.foo=1", "[runtime.unknown_option] at 'runtime.foo'"),
         ("+scenario.deep=" + "[" * 3000 + "]" * 3000, "[config.too_deep] at 'scenario.deep'"),
+        ("batch.size=" + "9" * 5000, "[config.too_large] at 'batch.size'"),
+        ("runtime.vocab_size=" + "9" * 5000, "[config.too_large] at 'runtime.vocab_size'"),
+        ("runtime.vocab_size=true", "[config.wrong_type] at 'runtime.vocab_size'"),
+        ("+rollout.dtyp\u0435=bfloat16", "[config.bad_override] at 'rollout.dtyp\u0435'"),
     ],
-    ids=["runtime-option", "nested-3000"],
+    ids=[
+        "runtime-option",
+        "nested-3000",
+        "int-5000-digits",
+        "runtime-int-5000",
+        "vocab-bool",
+        "cyrillic-knob",
+    ],
 )
 def test_bad_overrides_are_refused_in_plan_mode(
     monkeypatch, tmp_path, capsys, override, expected

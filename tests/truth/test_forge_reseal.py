@@ -9,7 +9,6 @@ verify` re-derives what it can offline and names the mismatch.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,33 +18,15 @@ import pytest
 from safetensors.torch import load_file, save
 
 from tests.core.runs import only, run_doc
-from xconf.artifacts.layout import read_json
-from xconf.runtime import rederive
+from tests.truth.forgery import json_bytes, reseal
 from xconf.verify import verify_run
-
-
-def _json_bytes(document: Any) -> bytes:
-    return (json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
-
-
-def _reseal(attempt: Path, name: str, data: bytes, *, rekey: bool = False) -> None:
-    """Write ``data`` as ``name`` and rewrite COMPLETE so every digest matches again."""
-    (attempt / name).write_bytes(data)
-    seal = json.loads((attempt / "COMPLETE").read_text())
-    seal["files"][name] = hashlib.sha256(data).hexdigest()
-    if rekey:  # the forger also recomputes the execution key from the edited records
-        docs = {n: read_json(attempt / n) for n in rederive.KEY_RECORDS}
-        fields = rederive.key_fields_from_records(docs)
-        assert isinstance(fields, dict)
-        seal["execution_key"] = rederive.execution_key(fields)
-    (attempt / "COMPLETE").write_bytes(_json_bytes(seal))
 
 
 def _edit_json(name: str, edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], bytes]:
     def forge(attempt: Path) -> bytes:
         document = json.loads((attempt / name).read_text())
         edit(document)
-        return _json_bytes(document)
+        return json_bytes(document)
 
     return forge
 
@@ -113,7 +94,7 @@ def test_a_resealed_forgery_is_named_by_verify_and_rescored_by_resume(
 ) -> None:
     doc, attempt, summary = sealed
     name, forge, resumed = FORGERIES[kind]
-    _reseal(attempt, name, forge(attempt))
+    reseal(attempt, name, forge(attempt))
     findings = verify_run(Path(summary.experiment_dir)).findings
     damaged = [f for f in findings if f.status == "damaged"]
     assert damaged and OFFLINE[kind] in (damaged[0].reason or ""), findings
@@ -128,7 +109,7 @@ def test_a_resealed_forgery_is_named_by_verify_and_rescored_by_resume(
 def test_a_forged_fallback_with_a_recomputed_key_breaks_the_strict_rule(sealed, tmp_path) -> None:
     doc, attempt, summary = sealed
     name, forge, _ = FORGERIES["materialized-fallback"]
-    _reseal(attempt, name, forge(attempt), rekey=True)
+    reseal(attempt, name, forge(attempt), rekey=True)
     damaged = [f for f in verify_run(Path(summary.experiment_dir)).findings if f.reason]
     assert "strict execution refuses rollout:rollout.enforce_eager" in (damaged[0].reason or "")
     assert "sealed execution key" not in (damaged[0].reason or "")
@@ -170,6 +151,6 @@ def test_a_resealed_judged_mask_is_named_by_verify(
     forged = load_file(str(attempt / "score_rollout.safetensors"))["active_mask"].clone()
     forged[0, 0] = 0
     tensors["active_mask"] = forged
-    _reseal(attempt, name, save(tensors, metadata={"case_id": "x", "attempt_id": attempt.name}))
+    reseal(attempt, name, save(tensors, metadata={"case_id": "x", "attempt_id": attempt.name}))
     damaged = [f for f in verify_run(run).findings if f.status == "damaged"]
     assert damaged and said in (damaged[0].reason or ""), damaged

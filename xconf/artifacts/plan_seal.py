@@ -51,6 +51,29 @@ def plan_seal_problem(experiment_dir: Path) -> str | None:
         return f"{PLAN_NAME} is missing"
     if plan_digest(data) != sealed:
         return f"{PLAN_NAME} does not match the digest sealed in experiment.json"
+    rows = [r for _, r in read_plan_lines(experiment_dir / PLAN_NAME) if isinstance(r, dict)]
+    return rows_problem(rows)
+
+
+def rows_problem(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """A row whose declared changes are not what its knobs change from the baseline's: the
+    label the report shows and the declared set the verdict's not-applied / confounded split
+    rests on would be another case's (None: every row declares exactly its own changes)."""
+    base = next((r for r in rows if r.get("kind") == "baseline"), None)
+    base_knobs = base.get("knobs") if base is not None else None
+    if not isinstance(base_knobs, dict):
+        return None  # no baseline row to tell changes from: the digest is all there is
+    for row in rows:
+        changed, knobs = row.get("changed"), row.get("knobs")
+        if not isinstance(changed, dict) or not isinstance(knobs, dict):
+            return f"{PLAN_NAME} row {row.get('case_id')!r} has no knobs or changes"
+        moved = {k for k in set(knobs) | set(base_knobs) if knobs.get(k) != base_knobs.get(k)}
+        declared = {k for k, v in changed.items() if knobs.get(k) == v}
+        if set(changed) != moved or declared != moved:
+            return (
+                f"{PLAN_NAME} row {row.get('case_id')!r} declares {_show(row)}, but its knobs "
+                f"change {sorted(moved) or 'nothing'} from the baseline"
+            )
     return None
 
 
@@ -74,7 +97,26 @@ def _show(row: Mapping[str, Any]) -> str:
 def plan_difference(
     existing: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
 ) -> str | None:
-    """What makes ``rows`` a different plan than the sealed one (None: same plan or a subset)."""
+    """What makes ``rows`` a different plan than the sealed one (None: same plan or a subset).
+
+    A case id is the digest of the case's knobs and operators, so a sealed row with this id
+    holds this row's knobs and operators; one that does not was edited and resealed (its
+    label and its declared changes would be believed for this case's verdict). Its index and
+    kind may differ, and its changes where this row declares none: a sweep job plans its case
+    alone, as a baseline of its own.
+    """
+    for row in rows:
+        sealed = existing.get(row["case_id"])
+        compared = (
+            ("knobs", "operators", "changed") if row.get("changed") else ("knobs", "operators")
+        )
+        relabelled = [k for k in compared if sealed and sealed.get(k) != row.get(k)]
+        if sealed is not None and relabelled:
+            return (
+                f"the sealed row of {row['case_id']} holds other {' and '.join(relabelled)} "
+                f"({_show(sealed)}) than the case it names ({_show(row)}): plan.jsonl was "
+                "edited after it was planned"
+            )
     new = [row for row in rows if row["case_id"] not in existing]
     if not new:
         return None

@@ -35,12 +35,8 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
         reject_config_set_cli_keys(cfg, overrides, runtime_choice)
         spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
         if cfg.mode == "plan":
-            from xconf.runtime.loading import check_options_unimported
-
-            # A plan builds no runtime, but an option it would refuse is refused here too.
-            check_options_unimported(cfg.runtime)
             output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
-            return session.plan(spec, output_root=output_root, view=view)
+            return session.plan(spec, output_root=output_root, view=view, runtime=cfg.runtime)
         from xconf.cli.localize import after_verdict
 
         return session.run(
@@ -115,14 +111,62 @@ def _too_deep(argv: list[str]) -> str | None:
     return None
 
 
-def main() -> None:
-    deep = _too_deep(sys.argv[1:])
+def _too_long_number(argv: list[str]) -> str | None:
+    """An override holding an integer longer than Python converts (Hydra's parser would end
+    in a ``ValueError`` traceback): the first such override's key."""
+    import re
+
+    limit = sys.get_int_max_str_digits() or None
+    for arg in argv:
+        if limit is not None and re.search(rf"\d{{{limit + 1},}}", arg):
+            return arg.split("=", 1)[0]
+    return None
+
+
+def _unparsable(argv: list[str]) -> tuple[str, str] | None:
+    """The first override Hydra's grammar refuses (a character outside it, such as a Cyrillic
+    letter in a knob path), as (key, why): Hydra would print its own uncoded message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except HydraException as exc:
+            why = str(exc).splitlines()[0]
+            return arg.split("=", 1)[0], why
+    return None
+
+
+def _refusal(argv: list[str]) -> str | None:
+    """The coded error for an override no config may hold, before Hydra parses it."""
+    deep = _too_deep(argv)
     if deep is not None:
-        print(
-            f"xconf: error [config.too_deep] at '{deep.lstrip('+~')}': the override is nested "
-            "deeper than documents may be",
-            file=sys.stderr,
+        return (
+            f"[config.too_deep] at '{deep.lstrip('+~')}': the override is nested deeper than "
+            "documents may be"
         )
+    long = _too_long_number(argv)
+    if long is not None:
+        return (
+            f"[config.too_large] at '{long.lstrip('+~')}': the override holds a number longer "
+            "than any value may be"
+        )
+    bad = _unparsable(argv)
+    if bad is not None:
+        from xconf.shown_text import shown
+
+        return shown(f"[config.bad_override] at '{bad[0].lstrip('+~')}': {bad[1]}")
+    return None
+
+
+def main() -> None:
+    refused = _refusal(sys.argv[1:])
+    if refused is not None:
+        print(f"xconf: error {refused}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
     task = HydraTask()
     app = hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")

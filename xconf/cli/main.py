@@ -16,8 +16,15 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xconf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="validate and expand an experiment; build no engine")
+    plan = sub.add_parser(
+        "plan",
+        help="validate and expand an experiment; build no engine",
+        usage="xconf plan FILE [--runtime NAME [[+]runtime.KEY=VALUE ...]] [--output-root DIR]",
+        epilog="With --runtime, the runtime's options and the checkpoint's vocabulary and "
+        "context are checked too (read from its options, no engine built).",
+    )
     plan.add_argument("file", type=Path)
+    plan.add_argument("--runtime", default=None, help="the runtime the plan is for, e.g. cpu-smoke")
     plan.add_argument("--output-root", default="outputs")
     run = sub.add_parser(
         "run",
@@ -74,7 +81,13 @@ def _plan(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     from xconf.config.strict import load_experiment_file
 
     spec = load_experiment_file(args.file)
-    return session.plan(spec, output_root=args.output_root, view=view)
+    if args.runtime is None:
+        note = " (no --runtime: token ids and lengths not checked against a model)"
+        return session.plan(spec, output_root=args.output_root, view=view, note=note)
+    from xconf.runtime.loading import runtime_config
+
+    runtime = runtime_config(args.runtime, args.overrides)
+    return session.plan(spec, output_root=args.output_root, view=view, runtime=runtime)
 
 
 def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
@@ -142,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_report(argv[1:])
     parser = _parser()
-    # Runtime overrides (runtime.KEY=VALUE) may stand anywhere after `run`, like Hydra's.
+    # Runtime overrides (runtime.KEY=VALUE) may stand anywhere after `run` (or `plan --runtime`),
+    # like Hydra's.
     args, extra = parser.parse_known_args(argv)
-    if extra and (args.command != "run" or any(e.startswith("-") for e in extra)):
+    takes_overrides = args.command == "run" or (args.command == "plan" and args.runtime is not None)
+    if extra and (not takes_overrides or any(e.startswith("-") for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     from xconf import session

@@ -44,9 +44,9 @@ def _rows(node: Any, field: str) -> tuple[tuple[int, ...], ...]:
             raise ConfigError("config.too_large", f"more than {MAX_TOKENS} tokens", path)
         values = []
         for j, value in enumerate(row):
-            if isinstance(value, bool):
-                value = int(value)
-            if not isinstance(value, int):
+            if isinstance(value, bool) and field in MASK_FIELDS:
+                value = int(value)  # a mask entry may be written true/false
+            if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(
                     "config.wrong_type", f"expected an integer, got {value!r}", f"{path}[{i}][{j}]"
                 )

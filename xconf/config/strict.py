@@ -104,12 +104,32 @@ def reject_threshold_keys(node: Any, path: str = "") -> None:
             )
 
 
+def _text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8 (a lone surrogate, from a JSON ``\\ud800``
+    escape): no artifact, terminal or report could hold it, so it is refused here."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{text[exc.start : exc.end]!r} at {exc.start} is not a Unicode character"
+    return None
+
+
+def _shown_path(path: str) -> str:
+    return path.encode("utf-8", "backslashreplace").decode("utf-8") if path else "<root>"
+
+
 def reject_non_finite(node: Any, path: str = "") -> None:
+    """Numbers that are not finite and text that is not Unicode (keys too), by path."""
     if isinstance(node, float) and not math.isfinite(node):
         raise ConfigError("config.non_finite", f"non-finite number {node!r}", path or "<root>")
+    if isinstance(node, str) and (problem := _text_problem(node)) is not None:
+        raise ConfigError("config.invalid_text", problem, _shown_path(path))
     if isinstance(node, Mapping):
         for key, value in node.items():
-            reject_non_finite(value, f"{path}.{key}" if path else str(key))
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and (problem := _text_problem(key)) is not None:
+                raise ConfigError("config.invalid_text", f"a key: {problem}", _shown_path(where))
+            reject_non_finite(value, where)
     elif isinstance(node, list | tuple):
         for i, item in enumerate(node):
             reject_non_finite(item, f"{path}[{i}]")
@@ -367,6 +387,9 @@ def load_experiment_file(path: str | Path) -> ExperimentSpec:
         document = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
         raise ConfigError("config.invalid_json", str(exc), str(file)) from exc
+    except ValueError as exc:  # an integer longer than Python converts (4,300 digits)
+        message = str(exc).split(";")[0]
+        raise ConfigError("config.invalid_json", message, str(file)) from exc
     except RecursionError:  # the parser's own stack: far deeper than MAX_DEPTH
         raise ConfigError(
             "config.too_deep", f"the document is nested deeper than {MAX_DEPTH} levels", "<root>"

@@ -12,7 +12,7 @@ import ast
 import contextlib
 import importlib.util
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,9 @@ def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
     for text in overrides:
         try:
             (override,) = OverridesParser.create().parse_overrides([text])
-        except HydraException as exc:
-            raise ConfigError("runtime.bad_override", str(exc).splitlines()[0], text) from exc
+        except (HydraException, ValueError) as exc:  # ValueError: an over-long integer
+            message = str(exc).splitlines()[0].split(";")[0]
+            raise ConfigError("runtime.bad_override", message, text[:80]) from exc
         key = override.key_or_group
         if not key.startswith("runtime.") or override.is_delete() or override.is_sweep_override():
             raise ConfigError(
@@ -128,19 +129,26 @@ def check_options(factory: Any, target: str, options: Mapping[str, Any]) -> None
         )
 
 
-def _class_init(module: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
-    """The ``__init__`` of class ``module:name`` as its source writes it, following bases
-    imported by name (``from m import Base``); None when the source does not say."""
+def split_target(target: str) -> tuple[str, str]:
+    """``"pkg.module:Class"`` or ``"pkg.module.Class"`` as (module, class name)."""
+    module, _, name = target.partition(":") if ":" in target else target.rpartition(".")
+    return module, name
+
+
+def _class_chain(module: str, name: str, depth: int = 0) -> Iterator[tuple[ast.ClassDef, str]]:
+    """Class ``module:name`` as its source writes it, then its bases imported by name
+    (``from m import Base``), depth first, each with its module; nothing when the source
+    does not say. No module is imported (``find_spec`` imports only the parent packages)."""
     try:
-        spec = importlib.util.find_spec(module)  # imports the parent packages, not the module
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin or not spec.origin.endswith(".py") or depth > 8:
-        return None
+        return
     try:
         tree = ast.parse(Path(spec.origin).read_text("utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
+        return
     imported = {
         alias.asname or alias.name: node.module
         for node in tree.body
@@ -149,22 +157,47 @@ def _class_init(module: str, name: str, depth: int = 0) -> ast.FunctionDef | Non
     }
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    return item
-            for base in node.bases:  # inherited: the first base that says
+            yield node, module
+            for base in node.bases:
                 if isinstance(base, ast.Name):
-                    found = _class_init(imported.get(base.id, module), base.id, depth + 1)
-                    if found is not None:
-                        return found
-            return None
+                    yield from _class_chain(imported.get(base.id, module), base.id, depth + 1)
+            return
         names = [a for a in getattr(node, "names", ()) if (a.asname or a.name) == name]
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and names:
-            return _class_init(node.module, names[0].name, depth + 1)  # re-exported
+            yield from _class_chain(node.module, names[0].name, depth + 1)  # re-exported
+            return
+
+
+def _class_init(module: str, name: str) -> ast.FunctionDef | None:
+    """The ``__init__`` of class ``module:name`` as its source writes it (inherited: the
+    first base that says); None when the source does not say."""
+    for node, _ in _class_chain(module, name):
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                return item
     return None
 
 
-def _plain_with_target(config: Mapping[str, Any] | DictConfig) -> tuple[dict[Any, Any], str]:
+def class_string(module: str, name: str, attribute: str) -> str | None:
+    """A class attribute the source sets to a string literal (inherited too), or None."""
+    for node, _ in _class_chain(module, name):
+        for item in node.body:
+            targets = (
+                item.targets
+                if isinstance(item, ast.Assign)
+                else [item.target]
+                if isinstance(item, ast.AnnAssign) and item.value is not None
+                else []
+            )
+            value = getattr(item, "value", None)
+            if any(isinstance(t, ast.Name) and t.id == attribute for t in targets):
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    return value.value
+                return None
+    return None
+
+
+def plain_with_target(config: Mapping[str, Any] | DictConfig) -> tuple[dict[Any, Any], str]:
     """The runtime config as a plain mapping, and the ``_target_`` it must name."""
     plain = (
         OmegaConf.to_container(config, resolve=True)
@@ -189,9 +222,8 @@ def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
     run instantiates the runtime (:func:`instantiate_runtime`); a ``**unknown`` parameter is
     the adapter's refusal of every other keyword, so the declared ones are all it takes.
     """
-    plain, target = _plain_with_target(config)
-    module, _, name = target.partition(":") if ":" in target else target.rpartition(".")
-    init = _class_init(module, name)
+    plain, target = plain_with_target(config)
+    init = _class_init(*split_target(target))
     # ``**unknown`` is the adapters' spelling of "every other keyword is refused" (they raise
     # runtime.unknown_option for it); any other ``**kwargs`` may take anything.
     if init is None or (init.args.kwarg is not None and init.args.kwarg.arg != "unknown"):
@@ -208,7 +240,7 @@ def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
     from hydra.errors import InstantiationException
     from hydra.utils import get_object, instantiate
 
-    plain, target = _plain_with_target(config)
+    plain, target = plain_with_target(config)
     options = {str(k): v for k, v in plain.items() if k not in NON_OPTION_KEYS}
     try:
         factory = get_object(hydra_target(target))

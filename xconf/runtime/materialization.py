@@ -175,9 +175,9 @@ def apply_readback(
                 f"engine read back a {type(value).__name__} for a knob",
                 f"{side.side}:{knob.path}",
             )
-        if value == knob.materialized:
+        if _same(value, knob.materialized):
             actual.append(replace(knob, actual=value))
-        elif value == knob.requested:
+        elif _same(value, knob.requested):
             # The requested value names the implementation the engine runs (the declared
             # intervention *is* the fallback implementation): it was honoured, not replaced.
             actual.append(
@@ -198,6 +198,12 @@ def apply_readback(
                 )
             )
     return tuple(actual)
+
+
+def _same(read: KnobValue, value: KnobValue | None) -> bool:
+    """Equal as knob values: Python's ``True == 1`` is not an engine reading back 1 for a flag
+    (or ``True`` for a size)."""
+    return read == value and isinstance(read, bool) == isinstance(value, bool)
 
 
 def _readings(path: str, readback: Mapping[str, ReadbackValue]) -> str:

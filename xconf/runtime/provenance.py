@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xconf.errors import RuntimeMaterializationError
+
 XCONF_VERSION = "0.1.0"
 # The xconf package directory, found from this module (xconf/runtime/provenance.py) so the
 # package facade (xconf/__init__) is not imported from below it.
@@ -206,3 +208,19 @@ def engine_distributions() -> dict[str, str]:
         name: found[0] if (found := module_distribution(name)) else "not installed"
         for name in ENGINE_MODULES
     }
+
+
+def checked_environment(adapter: Any) -> dict[str, str]:
+    """The adapter's ``environment()`` as the protocol types it (names and versions, both
+    strings), read once per run: a value that is not one would be sealed as another run's
+    environment (or not be JSON at all)."""
+    found = adapter.environment()
+    if not isinstance(found, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in found.items()
+    ):
+        raise RuntimeMaterializationError(
+            "runtime.bad_environment",
+            f"the runtime's environment() must map names to version strings, got {found!r}"[:300],
+            "runtime._target_",
+        )
+    return dict(found)

@@ -160,6 +160,66 @@ def strict_problems(docs: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _knob_rows(doc: Mapping[str, Any], side: str) -> Any:
+    """A side's knob records: materialized.json nests them under ``knobs``, actual.json not."""
+    rows = (doc.get("sides") or {}).get(side) if isinstance(doc.get("sides"), dict) else None
+    return rows.get("knobs") if isinstance(rows, dict) else rows
+
+
+def record_consistency(docs: Mapping[str, Any]) -> list[str]:
+    """The records of one attempt agree with each other, as the runner wrote them:
+
+    * every knob record (materialized and actual) requests requested.json's value, so an
+      attempt of another case cannot be passed off as this one with its ids rewritten;
+    * each knob's actual status is the one its readback gives (the rule of
+      :func:`~xconf.runtime.materialization.apply_readback`): an engine that read back
+      another dtype than was set is a fallback, never ``applied``;
+    * comparison.json's dtypes are the ones the engines read back as running (the threshold
+      follows what ran), so a looser threshold cannot be claimed for a float32 case.
+    """
+    from xconf.runtime.materialization import apply_readback, ran_dtypes
+    from xconf.runtime.protocol import SideBinding
+
+    requested = docs["requested.json"]
+    knobs = requested.get("knobs") if isinstance(requested.get("knobs"), dict) else {}
+    problems: list[str] = []
+    ran: list[KnobApplication] = []
+    for side in ("rollout", "training"):
+        planned = _applications(_knob_rows(docs["materialized.json"], side))
+        stored = _applications(_knob_rows(docs["actual.json"], side))
+        ran += stored
+        for name, rows in (("materialized.json", planned), ("actual.json", stored)):
+            for row in rows:
+                if row.path in knobs and row.requested != knobs[row.path]:
+                    problems.append(
+                        f"{name} {side}:{row.path} requests {row.requested!r}, "
+                        f"requested.json {knobs[row.path]!r}"
+                    )
+        by_path = {row.path: row for row in planned}
+        readback = {r.path: r.actual for r in stored if r.path in by_path and r.status != "error"}
+        binding = SideBinding(side, tuple(by_path[p] for p in readback), "", ())  # type: ignore[arg-type]
+        for now in apply_readback(binding, readback):
+            said = next(r for r in stored if r.path == now.path)
+            if said.status != now.status or said.actual != now.actual:
+                problems.append(
+                    f"actual.json {side}:{now.path} reads back {said.actual!r} with status "
+                    f"{said.status!r}; that readback gives {now.status!r}"
+                )
+    comparison = docs[COMPARISON_NAME]
+    if comparison.get("result") in JUDGED and {"rollout.dtype", "training.compute_dtype"} <= set(
+        knobs
+    ):
+        want = ran_dtypes(
+            tuple(ran), (str(knobs["rollout.dtype"]), str(knobs["training.compute_dtype"]))
+        )
+        said_dtypes = (comparison.get("rollout_dtype"), comparison.get("training_dtype"))
+        if said_dtypes != want:
+            problems.append(
+                f"comparison.json judges dtypes {list(said_dtypes)}, the engines ran {list(want)}"
+            )
+    return problems
+
+
 @dataclass(frozen=True)
 class TokenPayload:
     """Where a judged dump's identity keeps its token table: one score file, not JSON.
@@ -309,7 +369,7 @@ def record_problems(
         if wrong:
             problems.append(f"actual.json provenance differs from this run's: {wrong}")
     if not imported:
-        problems += strict_problems(docs)
+        problems += record_consistency(docs) + strict_problems(docs)
     if docs[COMPARISON_NAME].get("result") in JUDGED:
         # (an invalid_identity attempt stores what the side echoed: that is its finding)
         try:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from xconf.adapters.cpu_smoke.engines import RolloutEngine, TrainingEngine, check_limits
 from xconf.adapters.cpu_smoke.handlers import HANDLERS
+from xconf.adapters.cpu_smoke.limits import VOCAB_SIZE
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
 from xconf.experiment import Identity
 from xconf.runtime.materialization import default_bind, settings_for
@@ -32,8 +33,10 @@ class CpuSmokeRuntime:
     device = "cpu"
     version = ADAPTER_VERSION
     max_cached_engines = 4
+    # The vocabulary and context a plan checks without building the model (no torch).
+    input_limits = "xconf.adapters.cpu_smoke.limits:input_limits"
 
-    def __init__(self, seed: int = 0, vocab_size: int = 97, hidden_size: int = 32) -> None:
+    def __init__(self, seed: int = 0, vocab_size: int = VOCAB_SIZE, hidden_size: int = 32) -> None:
         self.model_config = SyntheticModelConfig(
             vocab_size=vocab_size, hidden_size=hidden_size, seed=seed
         )

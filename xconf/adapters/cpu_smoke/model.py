@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xconf.adapters.cpu_smoke.limits import MAX_POSITIONS, VOCAB_SIZE
+
 AttentionKind = Literal["eager", "sdpa"]
 
 
@@ -18,9 +20,9 @@ AttentionKind = Literal["eager", "sdpa"]
 class SyntheticModelConfig:
     """Sizes are small on purpose; the vocabulary is odd so tiles never divide it evenly."""
 
-    vocab_size: int = 97
+    vocab_size: int = VOCAB_SIZE
     hidden_size: int = 32
-    max_positions: int = 64
+    max_positions: int = MAX_POSITIONS
     seed: int = 0
     head_scale: float = 4.0  # sharpens logits so drift is visible, not lost in a flat softmax
 

@@ -43,6 +43,8 @@ class VllmHfRuntime:
 
     runtime_kind = "vllm-hf"
     version = ADAPTER_VERSION
+    # The checkpoint's vocabulary and context, read for a plan without building anything.
+    input_limits = "xconf.adapters.vllm_transformers.limits:input_limits"
     # In-process vLLM engines share process-wide state: one rollout engine at a time.
     max_cached_engines: ClassVar[dict[str, int]] = {"rollout": 1, "training": 4}
 
