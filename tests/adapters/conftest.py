@@ -68,7 +68,7 @@ def vllm_results(model_record: Any) -> dict[Any, Any]:
         for mode in ("decode", "prefill"):
             for size in (1, 4):
                 out[("float32", mode, size)] = score_frozen(engine, batch, mode, size)
-        out["readback_fp32"] = engine.readback()
+        out["readback_fp32"] = engine.live()
     start = time.perf_counter()
     cfg = RolloutEngineConfig(
         model_path=model_record.path, dtype="bfloat16", enable_prefix_caching=True
@@ -77,7 +77,7 @@ def vllm_results(model_record: Any) -> dict[Any, Any]:
         TIMINGS["vllm_build_bf16_s"] = time.perf_counter() - start
         out[("bfloat16", "decode", 4)] = score_frozen(engine, batch, "decode", 4)
         out[("bfloat16", "prefill", 4)] = score_frozen(engine, batch, "prefill", 4)
-        out["readback_bf16"] = engine.readback()
+        out["readback_bf16"] = engine.live()
     cfg = RolloutEngineConfig(model_path=model_record.path, logprobs_mode="raw_logits")
     with VllmRolloutEngine(cfg) as engine:
         from xconf.adapters.hf.scorer import native_selected_logprob

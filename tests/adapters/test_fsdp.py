@@ -25,7 +25,14 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
     from xconf.adapters.frozen import FrozenBatch, FrozenSample
     from xconf.adapters.hf.model import TrainingScorerConfig
     from xconf.adapters.hf.scorer import HFTrainingScorer
+    from xconf.adapters.vllm_transformers.handlers import HANDLERS
+    from xconf.runtime.protocol import knob_readback
     from xconf.runtime.ranks import close_world
+
+    def read_back(scorer: HFTrainingScorer) -> dict[str, Any]:
+        """The scorer's readings and each knob read from its live state by its handler."""
+        live = scorer.live()
+        return {**live.readings(), **knob_readback(HANDLERS, "training", live)}
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -42,7 +49,7 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
             TrainingScorerConfig(model_path=model_path, sharding="fsdp")
         )
         sharded = sharded_scorer.score(batch, 2)
-        back = sharded_scorer.readback()
+        back = read_back(sharded_scorer)
         # The alias builds the same FSDP2 scorer and reads back the canonical spelling.
         alias_scorer = HFTrainingScorer(
             TrainingScorerConfig(model_path=model_path, sharding="fsdp2")
@@ -58,11 +65,11 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
             )
         )
         mixed = mixed_scorer.score(batch, 2)
-        mixed_back = mixed_scorer.readback()
+        mixed_back = read_back(mixed_scorer)
         result = {
             "bitwise": bool(torch.equal(plain.logprobs, sharded.logprobs)),
             "alias_bitwise": bool(torch.equal(alias.logprobs, sharded.logprobs)),
-            "alias_sharding": alias_scorer.readback()["training.sharding"],
+            "alias_sharding": read_back(alias_scorer)["training.sharding"],
             "policy": [mixed_back["training.param_dtype"], mixed_back["training.reduce_dtype"]],
             "plain_policy": [back["training.param_dtype"], back["training.reduce_dtype"]],
             "mixed_diff": float((plain.logprobs - mixed.logprobs).abs().max()),

@@ -14,8 +14,9 @@ pytestmark = needs_hf
 def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
     runtime = HfPairRuntime()
     runtime._record = model_record
+    view = runtime.view()
     status = {
-        (path, value): materialize(runtime.handlers, runtime, path, "rollout", value, {}).status
+        (path, value): materialize(runtime.handlers, view, path, "rollout", value, {}).status
         for path, value in (
             ("rollout.dtype", "bfloat16"),
             ("rollout.enable_prefix_caching", False),
@@ -33,7 +34,7 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
         ("rollout.tensor_parallel_size", 2): "unsupported",
         ("rollout.context_parallel_size", 1): "applied",
     }
-    fsdp = materialize(runtime.handlers, runtime, "training.sharding", "training", "fsdp", {})
+    fsdp = materialize(runtime.handlers, view, "training.sharding", "training", "fsdp", {})
     assert fsdp.status == "unsupported" and "torchrun" in fsdp.evidence  # no process group here
 
 
@@ -47,7 +48,7 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
     runtime = HfPairRuntime()
     runtime._record = model_record
-    record = materialize(runtime.handlers, runtime, novel.path, "training", True, {})
+    record = materialize(runtime.handlers, runtime.view(), novel.path, "training", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 
@@ -56,14 +57,14 @@ def test_the_reference_reads_its_rollout_settings_from_its_own_state(model_recor
     """The rollout side is a transformers scorer: each rollout knob's handler reads the value
     from what that scorer reports; a knob it has no reading for is absent (unobservable),
     never echoed from the request."""
-    from xconf.adapters.vllm_transformers.hf_pair import HfReferenceSide
+    from xconf.adapters.vllm_transformers.reference import HfReferenceSide
 
     runtime = HfPairRuntime()
     runtime._record = model_record
     reference = runtime._transformers_scorer(
-        "bfloat16", 1, attention_backend="sdpa", sharding="unsharded"
+        "bfloat16", 1, HfReferenceSide, attention_backend="sdpa", sharding="unsharded"
     )
-    got = HfReferenceSide(reference).readback()
+    got = reference.readback()
     assert got["rollout.dtype"] == "bfloat16"  # the scorer's parameters, read from the model
     assert (got["rollout.tensor_parallel_size"], got["rollout.enforce_eager"]) == (1, True)
     assert got["rollout.attention_backend"] == "sdpa"  # a reading, not a knob

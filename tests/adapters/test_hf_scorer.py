@@ -12,6 +12,8 @@ from xconf.adapters.errors import ReadOnlyViolationError, ScoringError, Unsuppor
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 from xconf.adapters.hf.model import TrainingScorerConfig
 from xconf.adapters.hf.scorer import HFTrainingScorer, native_selected_logprob
+from xconf.adapters.vllm_transformers.handlers import HANDLERS
+from xconf.runtime.protocol import knob_readback
 
 pytestmark = needs_hf
 
@@ -94,7 +96,7 @@ def test_operator_must_return_float32(model_record, batch) -> None:
 def test_readback_attention_and_dtype(model_record, batch, backend: str, dtype: str) -> None:
     scorer = _scorer(model_record, attention_backend=backend, compute_dtype=dtype)
     scorer.score(batch, 2)
-    back = scorer.readback()
+    back = knob_readback(HANDLERS, "training", scorer.live())  # each knob by its handler
     assert back["training.attention_backend"] == backend
     assert back["training.compute_dtype"] == dtype
     assert back["training.sharding"] == "unsharded"

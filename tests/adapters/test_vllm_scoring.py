@@ -66,7 +66,11 @@ def test_injected_operator_on_raw_logits_matches_native(vllm_results, frozen_bat
 
 
 def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
-    fp32, bf16 = vllm_results["readback_fp32"], vllm_results["readback_bf16"]
+    """Each knob read by its handler from the engine's live state (``rollout_readback``)."""
+    from xconf.adapters.vllm_transformers.engines import rollout_readback
+
+    states = vllm_results["readback_fp32"], vllm_results["readback_bf16"]
+    fp32, bf16 = (dict[str, Any](rollout_readback(state)) for state in states)
     assert fp32["rollout.dtype"] == "float32" and bf16["rollout.dtype"] == "bfloat16"
     assert fp32["rollout.enable_prefix_caching"] is False
     # Prefix caching reads as on only when the scored pass was served from the cache: the
@@ -78,7 +82,7 @@ def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
     assert fp32["rollout.tensor_parallel_size"] == 1
     assert fp32["rollout.logprobs_mode"] == "raw_logprobs"
     assert fp32["rollout.kv_cache_memory_bytes"] == 64 << 20
-    workers = bf16["rollout.workers"]
+    workers = states[1].workers
     assert workers and workers[0]["param_dtypes"] == ["bfloat16"]
     assert workers[0]["tp_world_size"] == 1
 

@@ -36,7 +36,7 @@ from xconf.side_scoring import frozen_inputs
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:
     side: Side = "training" if path.startswith("training") else "rollout"
-    record = materialize(HANDLERS, CpuSmokeRuntime(), path, side, value, {})
+    record = materialize(HANDLERS, CpuSmokeRuntime().view(), path, side, value, {})
     assert (record.status, record.materialized, record.requested) == (status, materialized, value)
     assert record.evidence
 
@@ -48,7 +48,7 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
 
     novel = KnobSpec("rollout.novel_knob", "engine_construction", "bool", "rollout", "test")
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
-    record = materialize(HANDLERS, CpuSmokeRuntime(), novel.path, "rollout", True, {})
+    record = materialize(HANDLERS, CpuSmokeRuntime().view(), novel.path, "rollout", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 

@@ -79,7 +79,7 @@ def test_a_changed_extended_knob_needs_a_baseline_value(s0_doc) -> None:
 def _status(path: str, value: object, device: str = "cpu", **knobs: object) -> tuple[str, str]:
     side = "training" if path.startswith("training") else "rollout"
     runtime = VllmHfRuntime(device=device)
-    record = materialize(EXTENDED, runtime, path, side, value, knobs)  # type: ignore[arg-type]
+    record = materialize(EXTENDED, runtime.view(), path, side, value, knobs)  # type: ignore[arg-type]
     return record.status, record.evidence
 
 

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import itertools
+import textwrap
 from dataclasses import fields
 
 import pytest
 
 from xconf.errors import RuntimeMaterializationError
 from xconf.knobs import (
+    BATCH_SIZE,
     KNOBS,
+    LOGP_BACKEND,
     ROLLOUT_KV_CACHE_DTYPE,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_PARAM_DTYPE,
@@ -20,16 +25,39 @@ from xconf.runtime.protocol import SideBinding, planned_application, unsupported
 from xconf.runtime.settings import RolloutSettings, TrainingSettings, setting_name
 
 
+def _field_docs(kind: type) -> dict[str, str]:
+    """Each field of a settings class and the docstring written under it."""
+    (cls,) = ast.parse(textwrap.dedent(inspect.getsource(kind))).body
+    assert isinstance(cls, ast.ClassDef)
+    docs: dict[str, str] = {}
+    for field, doc in itertools.pairwise(cls.body):
+        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+            docstring = isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+            docs[field.target.id] = str(doc.value.value) if docstring else ""  # type: ignore[attr-defined]
+    return docs
+
+
 @pytest.mark.parametrize(
     ("side", "kind"), [("rollout", RolloutSettings), ("training", TrainingSettings)]
 )
 def test_one_documented_field_per_knob_of_the_side(side, kind) -> None:
-    expected = {setting_name(s) for s in KNOBS.values() if s.side in (side, "both")}
-    assert {f.name for f in fields(kind)} == expected
-    source = inspect.getsource(kind)
-    for spec in KNOBS.values():  # each field's docstring names its knob
-        if spec.side in (side, "both"):
-            assert f"``{spec.path}``" in source
+    """The name rule is the one "apply to settings": every knob of the side maps to exactly
+    one field, no two knobs to the same one, no field without its knob, and the field's own
+    docstring names the knob it holds."""
+    specs = [s for s in KNOBS.values() if s.side in (side, "both")]
+    names = {spec.path: setting_name(spec) for spec in specs}
+    assert len(set(names.values())) == len(specs)  # injective: one field per knob
+    assert {f.name for f in fields(kind)} == set(names.values())  # and nothing else
+    docs = _field_docs(kind)
+    for path, name in names.items():
+        assert docs[name].startswith(f"``{path}``: "), (name, docs[name])
+
+
+def test_the_name_rule_strips_the_side_and_keeps_other_namespaces() -> None:
+    assert setting_name(ROLLOUT_KV_CACHE_DTYPE) == "kv_cache_dtype"
+    assert setting_name(TRAINING_PARAM_DTYPE) == "param_dtype"
+    assert setting_name(LOGP_BACKEND) == "logp_backend"
+    assert setting_name(BATCH_SIZE) == "batch_size"
 
 
 def test_settings_hold_the_materialized_value_and_defaults_for_undeclared_knobs() -> None:

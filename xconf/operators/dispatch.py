@@ -10,7 +10,8 @@ distributed-safe on its own: the operator's preflight checks that every rank res
 same backend.
 
 Runs dispatch here too: :class:`DispatchedOperator` (what an ``OperatorSession`` hands a
-runtime) checks every call's contract against the bound descriptor before computing.
+runtime) checks a call's contract against the bound descriptor before computing, once per
+call signature (device, dtype, vocabulary width).
 """
 
 from __future__ import annotations
@@ -188,16 +189,22 @@ def select_backend(
 
 
 class DispatchedOperator:
-    """A backend's implementation behind its descriptor: every call's contract is checked.
+    """A backend's implementation behind its descriptor, bound once per call signature.
 
     The implementation states the contract of a call through ``contract_for(logits)``;
-    one that does not is checked on platform, role and logits dtype only.
+    one that does not is checked on platform, role and logits dtype only. A contract names
+    only the logits' device, dtype and vocabulary width (the rest is the implementation's
+    own, fixed at construction), so the check runs once per such signature, when the first
+    call of it binds the implementation: later calls of a bound signature go straight to
+    the implementation, and a signature the descriptor does not serve is refused on every
+    call with the reasons found when it was bound.
     """
 
     def __init__(self, implementation: Any, descriptor: OperatorDescriptor, side: str) -> None:
         self.implementation = implementation
         self.descriptor = descriptor
         self.side = side
+        self._bound: dict[tuple[str, str, int], tuple[str, ...]] = {}
 
     def reasons(self, logits: Any) -> tuple[str, ...]:
         platform = str(logits.device.type)
@@ -214,8 +221,13 @@ class DispatchedOperator:
             reasons.append(f"logits dtype '{dtype}' not declared")
         return tuple(reasons)
 
-    def __call__(self, logits: Any, target_ids: Any, active_mask: Any = None) -> Any:
-        reasons = self.reasons(logits)
+    def bind(self, logits: Any) -> None:
+        """Check the descriptor serves calls shaped like ``logits``, once per signature;
+        raise ``operator.dispatch.incompatible_backend`` with the reasons when it does not."""
+        signature = (str(logits.device.type), str(logits.dtype), int(logits.shape[-1]))
+        reasons = self._bound.get(signature)
+        if reasons is None:
+            reasons = self._bound[signature] = self.reasons(logits)
         if reasons:
             raise _error(
                 "incompatible_backend",
@@ -223,6 +235,9 @@ class DispatchedOperator:
                 + "; ".join(reasons),
                 f"operators.{self.descriptor.semantic_operation}.{self.side}",
             )
+
+    def __call__(self, logits: Any, target_ids: Any, active_mask: Any = None) -> Any:
+        self.bind(logits)
         return self.implementation(logits, target_ids, active_mask)
 
 
@@ -239,8 +254,9 @@ class OperatorSession:
         self._provenance: list[dict[str, Any]] = []
 
     def instantiate(self, binding: OperatorBinding) -> Any:
-        """The implementation for ``binding`` behind contract-aware dispatch (every call is
-        checked against the descriptor's capabilities); ``None`` for a runtime-native one."""
+        """The implementation for ``binding`` behind contract-aware dispatch (a call is checked
+        against the descriptor's capabilities, once per signature); ``None`` for a
+        runtime-native one."""
         descriptor = self._catalog.get(binding.semantic_operation, binding.backend_id)
         path = f"operators.{binding.semantic_operation}.{binding.side}"
         if descriptor is None or descriptor.fingerprint() != binding.descriptor_fingerprint:

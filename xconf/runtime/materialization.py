@@ -27,6 +27,7 @@ from xconf.runtime.protocol import (
     ReadbackFailure,
     ReadbackValue,
     RuntimeBinding,
+    RuntimeView,
     SideBinding,
     unsupported_application,
 )
@@ -77,7 +78,7 @@ def with_fingerprints(
 
 def materialize(
     handlers: Handlers,
-    runtime: Any,
+    runtime: RuntimeView,
     path: str,
     side: Side,
     value: KnobValue,
@@ -94,7 +95,7 @@ def materialize(
 
 
 def default_bind(
-    runtime: Any,
+    runtime: RuntimeView,
     handlers: Handlers,
     case: ExecutionCase,
     contexts: Mapping[Side, tuple[tuple[str, Any], ...]],

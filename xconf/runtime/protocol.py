@@ -95,6 +95,29 @@ def unsupported_application(
     return planned_application(path, side, requested, None, "unsupported", why)
 
 
+class TensorParallelRule(Protocol):
+    """How far a checkpoint splits over tensor-parallel ranks, as the model's facts say
+    (``adapters/models/facts.ModelFacts``)."""
+
+    @property
+    def tp_sizes(self) -> tuple[int, ...]: ...
+
+    def tp_reason(self, tp: int) -> str | None:
+        """Why the model cannot be split over ``tp`` ranks (None: it can)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RuntimeView:
+    """What a runtime's handlers may read of the runtime binding a case: its kind, its
+    device and, for a runtime that binds against a frozen checkpoint, the checkpoint's
+    tensor-parallel rule (None: no checkpoint frozen, or none that the handlers read)."""
+
+    runtime_kind: str
+    device: str
+    model: TensorParallelRule | None = None
+
+
 @dataclass(frozen=True)
 class KnobRequest:
     """One requested knob value on one side, as a runtime's handler receives it."""
@@ -103,7 +126,7 @@ class KnobRequest:
     side: Side
     value: KnobValue
     knobs: Mapping[str, KnobValue]  # all the case's knob values (a policy needs FSDP2)
-    runtime: Any  # the runtime binding the case: a handler of its own may read its state
+    runtime: RuntimeView  # the runtime binding the case, as its handlers may read it
 
     @property
     def path(self) -> str:
@@ -125,8 +148,10 @@ class KnobRequest:
 
 # The materialized value of a knob the handler honours, or ``unsupported`` with the reason.
 Materialize = Callable[[KnobRequest], KnobApplication]
-# A knob's live value taken from what the engine reported.
-ReadBack = Callable[[Mapping[str, "ReadbackValue"]], "ReadbackValue"]
+# A knob's live value, read from the live state the runtime's engine exposes (each runtime's
+# own record: vLLM's resolved config and workers, a scorer's model and forwards); typed by
+# each runtime's readback functions, which know their engine's state.
+ReadBack = Callable[[Any], "ReadbackValue"]
 
 
 @dataclass(frozen=True)
@@ -137,25 +162,66 @@ class KnobHandler:
     will be built with, or ``unsupported`` with the reason); the materialized value is then
     applied to the side's settings, in the field ``settings.setting_name`` names
     (``runtime/materialization.settings_for``), which the engine is built from; ``readback``
-    takes the live value from what the engine reports, for an engine that reports it under
-    other names (hf_pair's reference scorer is a training scorer: its engine wrapper reads
-    the rollout knobs through these). None: the engine reports the knob under its own path.
-    A knob a runtime declares no handler for is ``unsupported``.
+    reads the knob's live value from the state the built engine exposes (``knob_readback``).
+    None: the engine has no reading of the knob, which is then ``unobservable``. A knob a
+    runtime declares no handler for is ``unsupported``.
     """
 
     materialize: Materialize
     readback: ReadBack | None = None
 
+    def reading(self, readback: ReadBack | None) -> KnobHandler:
+        """This handler, reading the knob back with ``readback`` (a runtime's own engine)."""
+        return KnobHandler(self.materialize, readback)
+
 
 # A runtime's handlers, by knob path (``HANDLERS[ROLLOUT_DTYPE.path]``).
 Handlers: TypeAlias = Mapping[str, KnobHandler]
 
+
+class ServedRequests(Protocol):
+    """What an engine's live state says of the requests it answered (``batch.size``)."""
+
+    @property
+    def request_sizes(self) -> tuple[int, ...]:
+        """Samples per request the engine answered, in order."""
+        ...
+
+    @property
+    def requested_batch_size(self) -> int | None:
+        """The batch size the last score call asked for (None: never scored)."""
+        ...
+
+
+def _answered_batch_size(live: ServedRequests) -> ReadbackValue:
+    from xconf.runtime.requests import batch_size_from_requests
+
+    return batch_size_from_requests(live.request_sizes, live.requested_batch_size)
+
+
+def _at_construction(request: KnobRequest) -> KnobApplication:
+    return request.applied("set at engine construction")
+
+
 # Two handlers every runtime that honours the knob shares: a setting the engine is built
-# with as requested, and ``batch.size`` (the frozen samples, chunked into requests).
-AT_CONSTRUCTION = KnobHandler(lambda request: request.applied("set at engine construction"))
+# with as requested (each runtime gives it its own ``reading``), and ``batch.size`` (the
+# frozen samples, chunked into requests, read back from the requests the engine answered).
+AT_CONSTRUCTION = KnobHandler(_at_construction)
 CHUNKED_REQUESTS = KnobHandler(
-    lambda request: request.applied("frozen samples chunked into requests of this size")
+    lambda request: request.applied("frozen samples chunked into requests of this size"),
+    _answered_batch_size,
 )
+
+
+def knob_readback(handlers: Handlers, side: Side, live: Any) -> dict[str, ReadbackValue]:
+    """Each knob of ``side`` read from the engine's live state by its handler: the one way a
+    knob's actual value is taken, on every runtime (a handler without a readback reads
+    nothing, and the knob is unobservable)."""
+    return {
+        path: handler.readback(live)
+        for path, handler in handlers.items()
+        if handler.readback is not None and KNOBS[path].side in (side, "both")
+    }
 
 
 @dataclass(frozen=True)
@@ -254,7 +320,8 @@ class Engine(Protocol):
     """
 
     def readback(self) -> Mapping[str, ReadbackValue]:
-        """Actual values of the knobs this engine owns, read from its live state."""
+        """What the engine reports: its readings (``runtime/readback`` names) and each knob's
+        actual value, read from its live state by the knob's handler (``knob_readback``)."""
         ...
 
     def score(

@@ -6,25 +6,16 @@ from collections.abc import Mapping
 
 import torch
 
+from xconf.adapters.cpu_smoke.handlers import HANDLERS
 from xconf.adapters.cpu_smoke.model import (
     AttentionKind,
     SyntheticCausalLM,
     SyntheticModelConfig,
     build_model,
 )
+from xconf.adapters.cpu_smoke.state import RolloutState, TrainingState
 from xconf.errors import IdentityViolation, XconfError
 from xconf.experiment import Identity
-from xconf.knobs import (
-    BATCH_SIZE,
-    ROLLOUT_CONTEXT_PARALLEL_SIZE,
-    ROLLOUT_DTYPE,
-    ROLLOUT_ENABLE_PREFIX_CACHING,
-    ROLLOUT_ENFORCE_EAGER,
-    ROLLOUT_TENSOR_PARALLEL_SIZE,
-    TRAINING_ATTENTION_BACKEND,
-    TRAINING_COMPUTE_DTYPE,
-    TRAINING_SHARDING,
-)
 from xconf.knobs import DTYPES as KNOB_DTYPES
 from xconf.ops.logprob.contract import ShardingSpec
 from xconf.runtime.protocol import (
@@ -33,9 +24,9 @@ from xconf.runtime.protocol import (
     ReadOnlyEvidence,
     SelectedLogprobOp,
     SideScore,
+    knob_readback,
 )
 from xconf.runtime.readback import ROLLOUT_VOCAB_LAYOUT, TRAINING_VOCAB_LAYOUT
-from xconf.runtime.requests import batch_size_from_requests
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -173,14 +164,20 @@ class TrainingEngine(_SyntheticEngine):
         super().__init__(config, dtype)
         self.attention: AttentionKind = attention
 
+    def live(self) -> TrainingState:
+        # request lifecycle: observed after a call, from the requests that ran
+        return TrainingState(
+            DTYPE_NAMES[self.model.embed.dtype],
+            self.attention,
+            "unsharded",
+            tuple(self.request_sizes),
+            self.request_size,
+        )
+
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
             TRAINING_VOCAB_LAYOUT.name: self.vocab_layout(),
-            TRAINING_COMPUTE_DTYPE.path: DTYPE_NAMES[self.model.embed.dtype],
-            TRAINING_ATTENTION_BACKEND.path: self.attention,
-            TRAINING_SHARDING.path: "unsharded",
-            # request lifecycle: observed after a call, from the requests that ran
-            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.request_size),
+            **knob_readback(HANDLERS, "training", self.live()),
         }
 
     def score(
@@ -225,15 +222,20 @@ class RolloutEngine(_SyntheticEngine):
         self._prefix_cache.clear()
         self.prefix_hits = 0
 
+    def live(self) -> RolloutState:
+        return RolloutState(
+            DTYPE_NAMES[self.model.embed.dtype],
+            self.prefix_caching,
+            self.eager,
+            1,
+            tuple(self.request_sizes),
+            self.request_size,
+        )
+
     def readback(self) -> Mapping[str, ReadbackValue]:
         return {
             ROLLOUT_VOCAB_LAYOUT.name: self.vocab_layout(),
-            ROLLOUT_DTYPE.path: DTYPE_NAMES[self.model.embed.dtype],
-            ROLLOUT_ENABLE_PREFIX_CACHING.path: self.prefix_caching,
-            ROLLOUT_ENFORCE_EAGER.path: self.eager,
-            ROLLOUT_TENSOR_PARALLEL_SIZE.path: 1,
-            ROLLOUT_CONTEXT_PARALLEL_SIZE.path: 1,
-            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.request_size),
+            **knob_readback(HANDLERS, "rollout", self.live()),
         }
 
     def score(

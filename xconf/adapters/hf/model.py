@@ -11,8 +11,6 @@ from xconf.knobs import (
     DTYPES,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
-    TRAINING_PARAM_DTYPE,
-    TRAINING_REDUCE_DTYPE,
     TRAINING_SHARDING,
     KnobValueError,
     canonical,
@@ -192,8 +190,20 @@ def reshard(model: Any) -> None:
             module.reshard()
 
 
-def readback(model: Any) -> dict[str, Any]:
-    """What the model actually is now: attention implementation, dtypes, FSDP wrapping."""
+@dataclass(frozen=True)
+class ModelState:
+    """What the model actually is now (its attention implementation, its parameters' dtypes,
+    its FSDP wrapping and policy): the training handlers read each knob from it."""
+
+    attention: str  # config._attn_implementation
+    param_dtypes: tuple[str, ...]  # the parameters' dtypes, sorted (one: a single dtype)
+    sharding: str  # fsdp, unsharded, or partial (some modules wrapped, the root not)
+    policy: tuple[str, str]  # the FSDP2 root's MixedPrecisionPolicy (param, reduce) dtypes
+    readings: dict[str, Any]  # what the model reports beside its knobs
+
+
+def model_state(model: Any) -> ModelState:
+    """The model's live state: attention implementation, dtypes, FSDP wrapping."""
     import torch.distributed as dist
 
     try:
@@ -206,12 +216,8 @@ def readback(model: Any) -> dict[str, Any]:
     dtensor = any(hasattr(p, "to_local") and hasattr(p, "placements") for p in params)
     root_wrapped = isinstance(model, FSDPModule)
     sharding = "fsdp" if root_wrapped and dtensor else ("unsharded" if not wrapped else "partial")
-    return {
-        TRAINING_ATTENTION_BACKEND.path: str(model.config._attn_implementation),
-        TRAINING_COMPUTE_DTYPE.path: dtypes[0] if len(dtypes) == 1 else dtypes,
-        TRAINING_SHARDING.path: sharding,
+    readings = {
         TRAINING_FSDP_WRAPPED_MODULES.name: wrapped,
-        **_policy_readback(model if root_wrapped else None),
         # The ranks the parameters are really sharded over (the FSDP mesh), not the world.
         TRAINING_WORLD_SIZE.name: _mesh_size(params),
         TRAINING_LAUNCHER_WORLD_SIZE.name: dist.get_world_size() if dist.is_initialized() else 1,
@@ -219,6 +225,13 @@ def readback(model: Any) -> dict[str, Any]:
         TRAINING_MODEL_CLASS.name: type(model).__name__,
         TRAINING_VOCAB_LAYOUT.name: _vocab_layout(model),
     }
+    return ModelState(
+        str(model.config._attn_implementation),
+        tuple(dtypes),
+        sharding,
+        _policy(model if root_wrapped else None),
+        readings,
+    )
 
 
 def _vocab_layout(model: Any) -> Any:
@@ -244,16 +257,13 @@ def _mesh_size(params: list[Any]) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def _policy_readback(root: Any) -> dict[str, str]:
+def _policy(root: Any) -> tuple[str, str]:
     """The MixedPrecisionPolicy the FSDP2 root really runs with (``none`` per unset field)."""
     if root is None:  # an unsharded model has no policy
-        return {TRAINING_PARAM_DTYPE.path: "none", TRAINING_REDUCE_DTYPE.path: "none"}
+        return ("none", "none")
     policy = root._get_fsdp_state()._mp_policy
 
     def name(dtype: Any) -> str:
         return "none" if dtype is None else str(dtype).removeprefix("torch.")
 
-    return {
-        TRAINING_PARAM_DTYPE.path: name(policy.param_dtype),
-        TRAINING_REDUCE_DTYPE.path: name(policy.reduce_dtype),
-    }
+    return (name(policy.param_dtype), name(policy.reduce_dtype))

@@ -16,12 +16,13 @@ from typing import Any
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
 from xconf.adapters.hf.model import (
+    ModelState,
     TrainingScorerConfig,
     apply_fsdp2,
     load_model,
     mixed_precision,
+    model_state,
     normalize_sharding,
-    readback,
     reshard,
 )
 from xconf.adapters.hf.readonly import (
@@ -31,9 +32,8 @@ from xconf.adapters.hf.readonly import (
     restore_modes,
     state_digest,
 )
-from xconf.knobs import BATCH_SIZE, LOGP_BACKEND, TRAINING_REMOVE_PADDING
+from xconf.knobs import LOGP_BACKEND
 from xconf.runtime.readback import TRAINING_REQUEST_SIZES, TRAINING_STATE_DIGEST
-from xconf.runtime.requests import batch_size_from_requests
 
 SelectedLogprobOp = Callable[[Any, Any, Any], Any]
 
@@ -176,6 +176,25 @@ def teacher_forced_scores(
     )
 
 
+@dataclass(frozen=True)
+class ScorerState:
+    """A training scorer's live state, which the training handlers read each knob from."""
+
+    model: ModelState
+    state_digest: dict[str, Any]  # the parameters and buffers after scoring
+    request_sizes: tuple[int, ...]  # samples per forward, per request of the last call
+    requested_batch_size: int | None  # the batch size the last call asked for
+    layouts: tuple[str, ...]  # per request: ``packed`` (one row) or ``padded`` (a batch)
+
+    def readings(self) -> dict[str, Any]:
+        """What the scorer reports beside its knobs (``runtime/readback`` names)."""
+        return {
+            **self.model.readings,
+            TRAINING_STATE_DIGEST.name: self.state_digest,
+            TRAINING_REQUEST_SIZES.name: list(self.request_sizes),
+        }
+
+
 class HFTrainingScorer:
     """A transformers model built for one :class:`TrainingScorerConfig`, scored read-only."""
 
@@ -201,12 +220,12 @@ class HFTrainingScorer:
         self.layouts = list(score.layouts)
         return score
 
-    def readback(self) -> dict[str, Any]:
-        out = readback(self.model)
-        out[TRAINING_STATE_DIGEST.name] = state_digest(self.model).to_dict()
-        out[BATCH_SIZE.path] = batch_size_from_requests(self.request_sizes, self.last_request_size)
-        out[TRAINING_REQUEST_SIZES.name] = list(self.request_sizes)
-        # What the forwards really were: one packed row per request, or a padded batch.
-        kinds = set(self.layouts)
-        out[TRAINING_REMOVE_PADDING.path] = (kinds.pop() == "packed") if len(kinds) == 1 else None
-        return out
+    def live(self) -> ScorerState:
+        """The scorer's live state: its model as it is now and the forwards it ran."""
+        return ScorerState(
+            model_state(self.model),
+            state_digest(self.model).to_dict(),
+            tuple(self.request_sizes),
+            self.last_request_size,
+            tuple(self.layouts),
+        )

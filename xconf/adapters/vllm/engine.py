@@ -1,7 +1,7 @@
 """Construct a vLLM rollout engine from knob values and read its live state back.
 
 ``RolloutEngineConfig`` holds the engine-construction and process knobs; its
-``fingerprint()`` decides engine reuse. ``VllmRolloutEngine.readback()`` reports what the
+``fingerprint()`` decides engine reuse. ``VllmRolloutEngine.live()`` reports what the
 constructed engine actually uses (its resolved ``vllm_config`` and, through
 ``collective_rpc``, the workers' loaded model), never the requested values.
 """
@@ -21,37 +21,17 @@ from xconf.adapters.vllm.process import (
     inprocess_executor,
 )
 from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
+from xconf.adapters.vllm.state import VllmState
 from xconf.canonical import canonical_digest
 from xconf.knobs import (
-    BATCH_SIZE,
     DTYPES,
     LOGP_BACKEND,
-    ROLLOUT_CONTEXT_PARALLEL_SIZE,
     ROLLOUT_DTYPE,
-    ROLLOUT_ENABLE_CHUNKED_PREFILL,
-    ROLLOUT_ENABLE_PREFIX_CACHING,
-    ROLLOUT_ENFORCE_EAGER,
-    ROLLOUT_KV_CACHE_DTYPE,
-    ROLLOUT_MAX_NUM_BATCHED_TOKENS,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
 )
 from xconf.runtime.readback import (
-    ROLLOUT_BLOCK_SIZE,
-    ROLLOUT_COMPILATION_MODE,
-    ROLLOUT_CUDAGRAPH_MODE,
-    ROLLOUT_DECODE_CONTEXT_PARALLEL_SIZE,
-    ROLLOUT_DEVICE,
     ROLLOUT_KV_CACHE_MEMORY_BYTES,
-    ROLLOUT_LOGPROBS_MODE,
-    ROLLOUT_MAX_MODEL_LEN,
-    ROLLOUT_PREFIX_CACHE_HITS,
-    ROLLOUT_REQUEST_SIZES,
-    ROLLOUT_SEED,
-    ROLLOUT_WORKERS,
-    ROLLOUT_WORKERS_ERROR,
-    ROLLOUT_WORLD_SIZE,
 )
-from xconf.runtime.requests import batch_size_from_requests
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
 DEFAULT_KV_CACHE_BYTES = 64 << 20
@@ -293,58 +273,18 @@ class VllmRolloutEngine:
     def tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
 
-    def readback(self) -> dict[str, Any]:
-        """The engine's live, resolved configuration plus each worker's loaded model."""
+    def live(self) -> VllmState:
+        """The engine's live, resolved configuration, what its scored pass was served, and
+        each worker's loaded model (the rollout handlers read each knob from it)."""
         if self._closed:
             raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
-        vc = self.llm.llm_engine.vllm_config
-        mc, cc, pc, comp, sc = (
-            vc.model_config,
-            vc.cache_config,
-            vc.parallel_config,
-            vc.compilation_config,
-            vc.scheduler_config,
-        )
-        mode = getattr(comp, "mode", None)
-        out: dict[str, Any] = {
-            ROLLOUT_DTYPE.path: str(mc.dtype).removeprefix("torch."),
-            # Prefix caching counts as on only when the scored pass hit the cache: an engine
-            # configured for it that served no cached token measured the uncached path.
-            ROLLOUT_ENABLE_PREFIX_CACHING.path: bool(cc.enable_prefix_caching)
-            and self.prefix_cache_hits != 0,
-            ROLLOUT_PREFIX_CACHE_HITS.name: self.prefix_cache_hits,
-            ROLLOUT_ENFORCE_EAGER.path: bool(mc.enforce_eager),
-            ROLLOUT_COMPILATION_MODE.name: getattr(mode, "name", str(mode)),
-            ROLLOUT_CUDAGRAPH_MODE.name: str(getattr(comp, "cudagraph_mode", None)),
-            ROLLOUT_TENSOR_PARALLEL_SIZE.path: int(pc.tensor_parallel_size),
-            ROLLOUT_WORLD_SIZE.name: int(pc.world_size),
-            ROLLOUT_BLOCK_SIZE.name: int(cc.block_size),
-            ROLLOUT_KV_CACHE_MEMORY_BYTES.name: cc.kv_cache_memory_bytes,
-            ROLLOUT_LOGPROBS_MODE.name: str(mc.logprobs_mode),
-            ROLLOUT_MAX_MODEL_LEN.name: int(mc.max_model_len),
-            ROLLOUT_SEED.name: mc.seed,
-            ROLLOUT_DEVICE.name: str(vc.device_config.device_type),
-            ROLLOUT_CONTEXT_PARALLEL_SIZE.path: int(
-                getattr(pc, "prefill_context_parallel_size", 1)
-            ),
-            ROLLOUT_DECODE_CONTEXT_PARALLEL_SIZE.name: int(
-                getattr(pc, "decode_context_parallel_size", 1)
-            ),
-            ROLLOUT_KV_CACHE_DTYPE.path: str(cc.cache_dtype),
-            ROLLOUT_ENABLE_CHUNKED_PREFILL.path: bool(sc.enable_chunked_prefill),
-            ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: int(sc.max_num_batched_tokens),
-            # Read from the requests the engine answered, not echoed from the request.
-            BATCH_SIZE.path: batch_size_from_requests(self.request_sizes, self.last_batch_size),
-            ROLLOUT_REQUEST_SIZES.name: list(self.request_sizes),
-        }
+        config = self.llm.llm_engine.vllm_config
+        served = (self.prefix_cache_hits, tuple(self.request_sizes), self.last_batch_size)
         try:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
-            out[ROLLOUT_WORKERS.name] = None
-            out[ROLLOUT_WORKERS_ERROR.name] = f"{type(exc).__name__}: {exc}"
-        else:
-            out[ROLLOUT_WORKERS.name] = list(workers)
-        return out
+            return VllmState(config, *served, None, f"{type(exc).__name__}: {exc}")
+        return VllmState(config, *served, tuple(workers))
 
     def close(self) -> None:
         """Shut the engine down and release the distributed state it created."""

@@ -27,11 +27,12 @@ from xconf.adapters.vllm_transformers.placement import (
 from xconf.experiment import Identity
 from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue, side_worlds
 from xconf.runtime.materialization import default_bind, settings_for
-from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, SideBinding
+from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, RuntimeView, SideBinding
 from xconf.runtime.settings import RolloutSettings, TrainingSettings
 
 if TYPE_CHECKING:
     from xconf.adapters.models.facts import ModelFacts
+    from xconf.adapters.vllm_transformers.engines import HfTrainingSide
     from xconf.execution_plan import ExecutionCase
 
 ADAPTER_VERSION = "1"
@@ -127,11 +128,17 @@ class VllmHfRuntime:
     # How this runtime honours each knob (``handlers.py``); a knob without one is unsupported.
     handlers: ClassVar[Handlers] = HANDLERS
 
+    def view(self) -> RuntimeView:
+        """What this runtime's handlers read of it: the frozen checkpoint's facts (its TP
+        sizes) once ``freeze_identity`` has frozen one."""
+        model = None if self._record is None else self._facts(self._record)
+        return RuntimeView(self.runtime_kind, self.device, model)
+
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         _ = self.record  # a case binds only against the frozen checkpoint (its TP sizes)
         knobs = case.case.knob_dict()
         return default_bind(
-            self,
+            self.view(),
             self.handlers,
             case,
             {"rollout": self._rollout_context(knobs), "training": self._training_context(knobs)},
@@ -252,9 +259,12 @@ class VllmHfRuntime:
         # world is the training side's, and its other ranks receive rank 0's score.
         return OnSideRanks.on(1, lambda _group: VllmRolloutSide(rollout_cfg))
 
-    def _transformers_scorer(self, dtype: str, ranks: int, **fields: Any) -> Engine:
+    def _transformers_scorer(
+        self, dtype: str, ranks: int, scorer: type[HfTrainingSide] | None = None, **fields: Any
+    ) -> Engine:
         """A transformers scorer of this runtime's checkpoint on ranks ``0 .. ranks - 1``
-        (the other launched ranks receive rank 0's score); ``fields``: its other settings."""
+        (the other launched ranks receive rank 0's score); ``scorer``: the engine class
+        (the training side's by default), ``fields``: its other settings."""
         from xconf.adapters.hf.model import TrainingScorerConfig
         from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
 
@@ -265,7 +275,8 @@ class VllmHfRuntime:
             trust_remote_code=self.model_options.trust_remote_code,
             **fields,
         )
-        return OnSideRanks.on(ranks, lambda group: HfTrainingSide(cfg, group))
+        side = scorer or HfTrainingSide
+        return OnSideRanks.on(ranks, lambda group: side(cfg, group))
 
     def environment(self) -> Mapping[str, str]:
         from importlib.metadata import PackageNotFoundError, version

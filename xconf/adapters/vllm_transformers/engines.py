@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch
+from xconf.adapters.vllm_transformers.handlers import HANDLERS
 from xconf.experiment import Identity
-from xconf.knobs import (
-    ROLLOUT_BATCH_INVARIANT,
-    ROLLOUT_DTYPE,
-    ROLLOUT_KV_CACHE_DTYPE,
-    ROLLOUT_TENSOR_PARALLEL_SIZE,
-    TRAINING_COMPUTE_DTYPE,
-)
+from xconf.operators.catalog import Side
 from xconf.runtime.protocol import (
     FrozenInputs,
+    Handlers,
     ReadbackFailure,
     ReadbackValue,
     ReadOnlyEvidence,
     SelectedLogprobOp,
     SideScore,
+    knob_readback,
 )
 from xconf.runtime.ranks import SideGroup, from_rank0
 from xconf.runtime.readback import (
@@ -30,17 +27,11 @@ from xconf.runtime.readback import (
     ROLLOUT_VOCAB_LAYOUT,
     ROLLOUT_WORKER_STATE,
     ROLLOUT_WORKERS,
-    ROLLOUT_WORKERS_ERROR,
 )
 
-# What only vLLM's workers can tell (through collective_rpc), by readback key.
-_WORKER_KEYS = (
-    ROLLOUT_TENSOR_PARALLEL_SIZE.path,
-    ROLLOUT_DTYPE.path,
-    ROLLOUT_KV_CACHE_DTYPE.path,
-    ROLLOUT_BATCH_INVARIANT.path,
-    ROLLOUT_VOCAB_LAYOUT.name,
-)
+if TYPE_CHECKING:
+    from xconf.adapters.hf.scorer import ScorerState
+    from xconf.adapters.vllm.state import VllmState
 
 
 def _readback_values(live: Mapping[str, Any]) -> dict[str, ReadbackValue]:
@@ -68,6 +59,27 @@ def _vocab_layout(workers: list[dict[str, Any]]) -> ReadbackValue:
         return ShardingSpec(real, padded, tuple((s["start"], s["end"]) for s in ordered))
     except LogprobContractError as exc:
         return ReadbackFailure(f"the workers' vocab shards are not one layout: {exc.message}")
+
+
+def rollout_readback(live: VllmState) -> dict[str, ReadbackValue]:
+    """What a vLLM engine reports: its readings, each rollout knob read from its live state
+    by the knob's handler, and the vocabulary layout its TP workers built."""
+    workers = live.workers
+    layout = (
+        ReadbackFailure(str(live.workers_error or "no worker state"))
+        if workers is None
+        else _vocab_layout(list(workers))
+    )
+    readings = live.readings()
+    return _readback_values(
+        {
+            **readings,
+            **knob_readback(HANDLERS, "rollout", live),
+            ROLLOUT_VOCAB_LAYOUT.name: layout,
+            ROLLOUT_WORKER_STATE.name: repr(readings[ROLLOUT_WORKERS.name]),
+            ROLLOUT_REQUEST_SIZES.name: repr(readings[ROLLOUT_REQUEST_SIZES.name]),
+        }
+    )
 
 
 def _check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
@@ -169,34 +181,7 @@ class VllmRolloutSide(_FrozenSide):
         return logprobs, evidence
 
     def readback(self) -> Mapping[str, ReadbackValue]:
-        live = self.engine.readback()
-        workers = live.get(ROLLOUT_WORKERS.name)
-        observed: dict[str, ReadbackValue]
-        if workers is None:  # the workers could not be read: what only they know is an error
-            failure = ReadbackFailure(
-                str(live.get(ROLLOUT_WORKERS_ERROR.name) or "no worker state")
-            )
-            observed = dict.fromkeys(_WORKER_KEYS, failure)
-        else:
-            tp = {w["tp_world_size"] for w in workers}
-            dtypes = {w.get("compute_dtype") for w in workers}
-            kv = {d for w in workers for d in w["kv_cache_dtypes"]}
-            invariant = {w["batch_invariant"] for w in workers}
-            observed = {
-                ROLLOUT_TENSOR_PARALLEL_SIZE.path: tp.pop() if len(tp) == 1 else None,
-                ROLLOUT_DTYPE.path: dtypes.pop() if len(dtypes) == 1 else None,
-                ROLLOUT_KV_CACHE_DTYPE.path: kv.pop() if len(kv) == 1 else None,
-                ROLLOUT_BATCH_INVARIANT.path: invariant.pop() if len(invariant) == 1 else None,
-                ROLLOUT_VOCAB_LAYOUT.name: _vocab_layout(workers),
-            }
-        out = {
-            **live,
-            # Worker-observed values take precedence over the resolved config.
-            **observed,
-            ROLLOUT_WORKER_STATE.name: repr(workers),
-            ROLLOUT_REQUEST_SIZES.name: repr(live.get(ROLLOUT_REQUEST_SIZES.name)),
-        }
-        return _readback_values(out)
+        return rollout_readback(self.engine.live())
 
     def close(self) -> None:
         self.engine.close()
@@ -248,7 +233,11 @@ class OnSideRanks:
 
 
 class HfTrainingSide(_FrozenSide):
-    """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`."""
+    """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`: each knob of
+    ``side`` read back from the scorer's live state by its handler in ``handlers``."""
+
+    handlers: ClassVar[Handlers] = HANDLERS
+    side: ClassVar[Side] = "training"
 
     def __init__(self, cfg: Any, group: Any = None) -> None:
         from xconf.adapters.hf.scorer import HFTrainingScorer
@@ -272,12 +261,15 @@ class HfTrainingSide(_FrozenSide):
         )
         return result.logprobs, evidence
 
+    def readings(self, live: ScorerState) -> dict[str, Any]:
+        """What the scorer reports beside its knobs."""
+        return live.readings()
+
     def readback(self) -> Mapping[str, ReadbackValue]:
-        live = dict(self.scorer.readback())
-        dtype = live.get(TRAINING_COMPUTE_DTYPE.path)
-        if not isinstance(dtype, str):
-            live[TRAINING_COMPUTE_DTYPE.path] = None  # mixed dtypes: not one observable value
-        return _readback_values(live)
+        live = self.scorer.live()
+        return _readback_values(
+            {**self.readings(live), **knob_readback(self.handlers, self.side, live)}
+        )
 
     def close(self) -> None:
         self.scorer.model = None

@@ -2,8 +2,9 @@
 this machine can honour.
 
 Each handler maps a requested value to its materialized record, or to ``unsupported`` with
-the engine's own reason; the engines then read the live value back (``rollout.*`` from the
-vLLM config and workers, ``training.*`` from the FSDP2 state and the scorer's forwards).
+the engine's own reason, and reads the live value back from the engine's state (``reads.py``:
+``rollout.*`` from the vLLM config and workers, ``training.*`` from the FSDP2 state and the
+scorer's forwards).
 The contract knobs' handlers are in ``handlers.py``, which joins both tables.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from xconf.adapters.vllm_transformers import reads
 from xconf.knobs import (
     ROLLOUT_BATCH_INVARIANT,
     ROLLOUT_ENABLE_CHUNKED_PREFILL,
@@ -84,11 +86,11 @@ def _remove_padding(request: KnobRequest) -> KnobApplication:
 
 
 EXTENDED: Mapping[str, KnobHandler] = {
-    ROLLOUT_KV_CACHE_DTYPE.path: KnobHandler(_kv_cache_dtype),
-    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: KnobHandler(_scheduler),
-    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: KnobHandler(_scheduler),
-    ROLLOUT_BATCH_INVARIANT.path: KnobHandler(_batch_invariant),
-    TRAINING_PARAM_DTYPE.path: KnobHandler(_mixed_precision),
-    TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision),
-    TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding),
+    ROLLOUT_KV_CACHE_DTYPE.path: KnobHandler(_kv_cache_dtype, reads.WORKER_KV_CACHE_DTYPE),
+    ROLLOUT_ENABLE_CHUNKED_PREFILL.path: KnobHandler(_scheduler, reads.chunked_prefill),
+    ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: KnobHandler(_scheduler, reads.max_num_batched_tokens),
+    ROLLOUT_BATCH_INVARIANT.path: KnobHandler(_batch_invariant, reads.WORKER_BATCH_INVARIANT),
+    TRAINING_PARAM_DTYPE.path: KnobHandler(_mixed_precision, reads.param_dtype),
+    TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision, reads.reduce_dtype),
+    TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding, reads.remove_padding),
 }

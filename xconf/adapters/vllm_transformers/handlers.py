@@ -1,10 +1,11 @@
-"""The vllm_hf runtime's knob handlers: how each knob is materialized on this machine.
+"""The vllm_hf runtime's knob handlers: how each knob is materialized on this machine, and
+read back from the engine that runs it.
 
 Contract knobs are here, extended ones in ``extended.py``; ``HANDLERS`` is both, and the
 one default bind (``runtime/materialization.default_bind``) runs every case's knobs through
-it. The engines then read the live value of each back (``rollout.*`` from vLLM's resolved
-config and workers, ``training.*`` from the FSDP2 state and the scorer's forwards), so no
-handler here needs its own readback.
+it. Each handler reads its knob's live value from the state the engine exposes
+(``reads.py``: ``rollout.*`` from vLLM's resolved config and workers, ``training.*`` from
+the FSDP2 state and the scorer's forwards).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from xconf.adapters.vllm_transformers import reads
 from xconf.adapters.vllm_transformers.extended import EXTENDED
 from xconf.adapters.vllm_transformers.placement import launched_world_size, rollout_executor
 from xconf.knobs import (
@@ -38,7 +40,9 @@ from xconf.runtime.protocol import (
 
 def _tensor_parallel(request: KnobRequest) -> KnobApplication:
     runtime, value = request.runtime, int(request.value)
-    facts = runtime._facts(runtime.record)
+    facts = runtime.model
+    if facts is None:  # bind refuses before this: a case binds only on a frozen checkpoint
+        return request.unsupported("no frozen checkpoint to split over TP ranks")
     reason = facts.tp_reason(value)
     if reason is not None:
         allowed = ", ".join(map(str, facts.tp_sizes))
@@ -90,14 +94,14 @@ def _sharding(request: KnobRequest) -> KnobApplication:
 
 CONTRACT: Mapping[str, KnobHandler] = {
     BATCH_SIZE.path: CHUNKED_REQUESTS,
-    ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_tensor_parallel),
-    ROLLOUT_CONTEXT_PARALLEL_SIZE.path: KnobHandler(_context_parallel),
-    ROLLOUT_DTYPE.path: AT_CONSTRUCTION,
-    ROLLOUT_ENABLE_PREFIX_CACHING.path: AT_CONSTRUCTION,
-    ROLLOUT_ENFORCE_EAGER.path: AT_CONSTRUCTION,
-    TRAINING_ATTENTION_BACKEND.path: KnobHandler(_attention_backend),
-    TRAINING_COMPUTE_DTYPE.path: AT_CONSTRUCTION,
-    TRAINING_SHARDING.path: KnobHandler(_sharding),
+    ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_tensor_parallel, reads.WORKER_TP),
+    ROLLOUT_CONTEXT_PARALLEL_SIZE.path: KnobHandler(_context_parallel, reads.context_parallel),
+    ROLLOUT_DTYPE.path: AT_CONSTRUCTION.reading(reads.WORKER_DTYPE),
+    ROLLOUT_ENABLE_PREFIX_CACHING.path: AT_CONSTRUCTION.reading(reads.prefix_caching),
+    ROLLOUT_ENFORCE_EAGER.path: AT_CONSTRUCTION.reading(reads.enforce_eager),
+    TRAINING_ATTENTION_BACKEND.path: KnobHandler(_attention_backend, reads.attention),
+    TRAINING_COMPUTE_DTYPE.path: AT_CONSTRUCTION.reading(reads.compute_dtype),
+    TRAINING_SHARDING.path: KnobHandler(_sharding, reads.sharding),
 }
 
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType({**CONTRACT, **EXTENDED})
