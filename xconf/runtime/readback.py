@@ -49,6 +49,11 @@ ROLLOUT_WORKER_STATE = ReadbackName("rollout.worker_state", "the workers' state,
 ROLLOUT_VOCAB_LAYOUT = ReadbackName(
     "rollout.vocab_layout", "the output vocabulary as the engine built it (shards per TP rank)"
 )
+ROLLOUT_TOKENIZER_REUSED = ReadbackName(
+    "rollout.tokenizer_reused",
+    "the engine's tokenizer came from vLLM's per-process cache (an earlier engine of this "
+    "process loaded it from the same files and options); it never touches a score",
+)
 ROLLOUT_ATTENTION_BACKEND = ReadbackName(
     "rollout.attention_backend", "the hf_pair reference scorer's attention implementation"
 )
@@ -91,6 +96,7 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             ROLLOUT_WORKERS,
             ROLLOUT_WORKERS_ERROR,
             ROLLOUT_WORKER_STATE,
+            ROLLOUT_TOKENIZER_REUSED,
             ROLLOUT_VOCAB_LAYOUT,
             ROLLOUT_ATTENTION_BACKEND,
             TRAINING_FSDP_WRAPPED_MODULES,

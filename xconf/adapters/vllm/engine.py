@@ -168,6 +168,19 @@ def _vocab_shard(model: Any, tp_rank: int) -> dict[str, int] | None:
     }
 
 
+def _tokenizer_cache_counts() -> tuple[int, int] | None:
+    """(hits, misses) of vLLM's per-process tokenizer cache so far (None: it has none)."""
+    try:
+        from vllm.tokenizers.registry import cached_get_tokenizer
+    except ImportError:
+        return None
+    info = getattr(cached_get_tokenizer, "cache_info", None)
+    if not callable(info):
+        return None
+    stats = info()
+    return int(stats.hits), int(stats.misses)
+
+
 class VllmRolloutEngine:
     """One vLLM ``LLM`` built for one :class:`RolloutEngineConfig`."""
 
@@ -229,8 +242,18 @@ class VllmRolloutEngine:
         )
         heap.hold()
         try:
+            tokenizer_cache_before = _tokenizer_cache_counts()
             with heap.vllm_gc_calls_skipped():
                 self.llm: Any = LLM(**kwargs)
+            # vLLM keeps the tokenizers it loaded per process (keyed by files and options):
+            # recorded, so that a reuse is never invisible.
+            after = _tokenizer_cache_counts()
+            # Reused: served from the cache without loading (an engine may ask twice).
+            self.tokenizer_reused = (
+                None
+                if after is None or tokenizer_cache_before is None
+                else after[1] == tokenizer_cache_before[1] and after[0] > tokenizer_cache_before[0]
+            )
         except BaseException as exc:
             if cfg.in_process and self._owns_process_group:
                 # A build that failed half-way may have started torch.distributed: left up,
@@ -280,11 +303,13 @@ class VllmRolloutEngine:
             raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
         config = self.llm.llm_engine.vllm_config
         served = (self.prefix_cache_hits, tuple(self.request_sizes), self.last_batch_size)
+        reused = self.tokenizer_reused
         try:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
-            return VllmState(config, *served, None, f"{type(exc).__name__}: {exc}")
-        return VllmState(config, *served, tuple(workers))
+            failed = f"{type(exc).__name__}: {exc}"
+            return VllmState(config, *served, None, failed, tokenizer_reused=reused)
+        return VllmState(config, *served, tuple(workers), tokenizer_reused=reused)
 
     def close(self) -> None:
         """Shut the engine down and release the distributed state it created."""

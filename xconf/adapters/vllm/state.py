@@ -23,6 +23,7 @@ from xconf.runtime.readback import (
     ROLLOUT_PREFIX_CACHE_HITS,
     ROLLOUT_REQUEST_SIZES,
     ROLLOUT_SEED,
+    ROLLOUT_TOKENIZER_REUSED,
     ROLLOUT_WORKERS,
     ROLLOUT_WORKERS_ERROR,
     ROLLOUT_WORLD_SIZE,
@@ -40,6 +41,7 @@ class VllmState:
     requested_batch_size: int | None  # the chunking of the last score call
     workers: tuple[dict[str, Any], ...] | None  # each worker's state; None: not read
     workers_error: str | None = None  # why the workers were not read
+    tokenizer_reused: bool | None = None  # from vLLM's per-process cache; None: not known
 
     def readings(self) -> dict[str, Any]:
         """What the engine reports beside its knobs (``runtime/readback`` names)."""
@@ -67,6 +69,7 @@ class VllmState:
             ),
             ROLLOUT_REQUEST_SIZES.name: list(self.request_sizes),
             ROLLOUT_WORKERS.name: None if self.workers is None else list(self.workers),
+            ROLLOUT_TOKENIZER_REUSED.name: self.tokenizer_reused,
         }
         if self.workers is None:
             out[ROLLOUT_WORKERS_ERROR.name] = self.workers_error
