@@ -52,6 +52,7 @@ from hydra import compose, initialize_config_dir
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SPENT: dict[str, float] = defaultdict(float)
+NOT_TIMED: list[str] = []  # functions this tree does not have (printed with the results)
 
 
 @contextmanager
@@ -65,6 +66,9 @@ def _timed(phase: str) -> Iterator[None]:
 
 def _wrap(owner: Any, name: str, phase: str) -> None:
     """Times every call of ``owner.name`` under ``phase`` (outermost call only)."""
+    if not hasattr(owner, name):  # an older tree (a before/after run): say so, time the rest
+        NOT_TIMED.append(f"{getattr(owner, '__name__', owner)}.{name}")
+        return
     original: Callable[..., Any] = getattr(owner, name)
     if getattr(original, "_bench_phase", None) == phase:
         return  # wrapped already (a second run in this process)
@@ -86,9 +90,15 @@ def _wrap(owner: Any, name: str, phase: str) -> None:
 
 
 def _instrument() -> None:
+    import importlib
+
     import xconf.runner as runner
     import xconf.session as session
-    import xconf.side_scoring as side_scoring
+
+    try:
+        side_scoring: Any = importlib.import_module("xconf.side_scoring")
+    except ImportError:  # an older tree (a before/after run): these lived in the runner
+        side_scoring = runner
     from xconf.artifacts.store import ExperimentStore
     from xconf.operators.dispatch import OperatorSession
 
@@ -155,7 +165,7 @@ def _record_builds(runtime: Any) -> None:
             return original(self, binding, case)
         finally:
             seconds = round(time.perf_counter() - started, 2)
-            BUILDS.append({"side": binding.side, "case": case.case.label, "s": seconds})
+            BUILDS.append({"side": binding.side, "case": case.case.label(), "s": seconds})
 
     build_engine._bench_recorded = True  # type: ignore[attr-defined]
     cls.build_engine = build_engine
@@ -247,6 +257,7 @@ def run_one(model: str, root: str, imports_s: float) -> dict[str, object]:
         "wall_over_build_and_score": round(wall / max(construction + scoring, 1e-9), 3),
         "report_after_run_s": round(SPENT["report"], 2),
         "artifacts": summary.experiment_dir,
+        "not_timed": sorted(set(NOT_TIMED)),
     }
 
 

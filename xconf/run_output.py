@@ -103,5 +103,10 @@ def _append_log(path: Path, captured: Any, stamp: str) -> None:
     """Append what was caught (if anything) under a header naming the process and time."""
     if captured.seek(0, os.SEEK_END) == 0:
         return
+    if not path.parent.is_dir():  # refused before anything was written: back to the terminal
+        captured.seek(0)
+        sys.stderr.write(captured.read().decode("utf-8", "replace"))
+        sys.stderr.flush()
+        return
     header = f"== xconf: third-party output, pid {os.getpid()}, {stamp} ==\n".encode()
     append_stream(path.parent, path.name, header, captured)

@@ -184,13 +184,15 @@ class PairedRunner:
         )
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, case_ids: set[str] | None = None) -> RunSummary:
+    def run(self, case_ids: set[str] | None = None, identity: Identity | None = None) -> RunSummary:
+        """``identity``: the frozen identity, when the caller froze it already."""
         started = time.perf_counter()
         spec = self.plan.plan.spec
         # The sealed plan is checked before anything is scored, and it says what each case
         # changed even when this process planned it alone (one job of a sweep).
         self._sealed_plan = sealed_rows(self.store.path)
-        identity = self.adapter.freeze_identity(spec.identity)
+        if identity is None:
+            identity = self.adapter.freeze_identity(spec.identity)
         conflict = self.store.identity_conflict(identity.to_dict())
         if conflict is not None:  # another checkpoint, tokenizer or data set under this id
             raise ArtifactError(

@@ -166,7 +166,6 @@ def run_prepared(
         check_inputs(prepared.execution.plan.spec.identity)
     from xconf.runner import PairedRunner  # torch: only a run needs it, never a plan
 
-    publish_plan(prepared)
     runner = PairedRunner(
         prepared.execution,
         adapter,
@@ -179,7 +178,11 @@ def run_prepared(
     )
     with third_party_output(prepared.store.path, output):
         try:
-            return runner.run(case_ids)
+            # Frozen before anything is written: a checkpoint that only an engine can refuse
+            # (a recipe's first engine samples the identity) is refused with nothing on disk.
+            identity = adapter.freeze_identity(prepared.execution.plan.spec.identity)
+            publish_plan(prepared)
+            return runner.run(case_ids, identity=identity)
         finally:
             adapter.close()
 
