@@ -41,6 +41,15 @@ def _exiting_worker(seconds: float) -> Any:
     return proc
 
 
+def _closed_engine(reaper: WorkerReaper) -> Any:
+    """An executor shut down under ``reaper`` whose one worker is still exiting."""
+    proc = _exiting_worker(1.0)
+    executor = _Executor([proc])
+    reaper.defer(executor)
+    executor.shutdown()
+    return proc
+
+
 def test_shutdown_returns_before_the_workers_exit_and_drain_waits_for_them() -> None:
     reaper = WorkerReaper()
     proc = _exiting_worker(1.0)
@@ -71,10 +80,7 @@ def test_a_build_waits_unless_it_fits_beside_the_exiting_workers(
     total = 10 * GIB  # the reserve is RESERVE_FRACTION of it: 1 GiB
     assert RESERVE_FRACTION == 0.10
     reaper = WorkerReaper(meminfo=lambda: (total, int(available_gib * GIB)))
-    proc = _exiting_worker(1.0)
-    executor = _Executor([proc])
-    reaper.defer(executor)
-    executor.shutdown()
+    proc = _closed_engine(reaper)
     reaper.make_room(int(needed_gib * GIB), cpu=True)
     assert proc.is_alive() is not waits
     assert reaper.waited_for_room == int(waits)
@@ -83,10 +89,7 @@ def test_a_build_waits_unless_it_fits_beside_the_exiting_workers(
 
 def test_off_the_cpu_a_build_always_waits() -> None:
     reaper = WorkerReaper(meminfo=lambda: (100 * GIB, 99 * GIB))
-    proc = _exiting_worker(1.0)
-    executor = _Executor([proc])
-    reaper.defer(executor)
-    executor.shutdown()
+    proc = _closed_engine(reaper)
     reaper.make_room(0, cpu=False)
     assert not proc.is_alive()
 
@@ -94,10 +97,7 @@ def test_off_the_cpu_a_build_always_waits() -> None:
 def test_unreadable_meminfo_means_wait(tmp_path: Path) -> None:
     assert meminfo_bytes(tmp_path / "missing") is None
     reaper = WorkerReaper(meminfo=lambda: None)
-    proc = _exiting_worker(1.0)
-    executor = _Executor([proc])
-    reaper.defer(executor)
-    executor.shutdown()
+    proc = _closed_engine(reaper)
     reaper.make_room(0, cpu=True)
     assert not proc.is_alive()
 

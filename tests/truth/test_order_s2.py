@@ -10,7 +10,6 @@ so the scored pass (after the warm-up pass) reads cache hits from the engine.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from tests.adapters.conftest import model_cache, needs_vllm
 from tests.adapters.test_runtime_s2 import _runtime, _spec
+from tests.truth.order import reversed_plan
 from xconf.artifacts.store import read_json, read_tensors
 
 pytestmark = [needs_vllm, pytest.mark.slow]
@@ -30,13 +30,7 @@ def _run(model_cache: str, out: Path, reverse: bool) -> Any:
 
     prepared = prepare(_spec([]), output_root=out, allow_smoke_operators=False, device="cpu")
     if reverse:
-        # Reversed twice over: the tuple the runner walks, and the index it sorts by within
-        # a group of cases that share a rollout engine (the sealed plan keeps its own rows).
-        flipped = tuple(
-            replace(c, case=replace(c.case, index=i))
-            for i, c in enumerate(reversed(prepared.execution.cases))
-        )
-        prepared = replace(prepared, execution=replace(prepared.execution, cases=flipped))
+        prepared = reversed_plan(prepared)
     order: list[str] = []
     summary = run_prepared(
         prepared, _runtime(model_cache), resume=False, on_case=lambda r: order.append(r.label)

@@ -12,13 +12,13 @@ score may move.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.adapters.conftest import needs_vllm
+from tests.truth.order import reversed_plan
 from xconf.artifacts.store import read_tensors
 
 pytestmark = [needs_vllm, pytest.mark.slow]
@@ -46,12 +46,8 @@ def _run(out: Path, reverse: bool) -> tuple[Any, list[str]]:
         cfg = compose("config", overrides=OVERRIDES)
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
     prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
-    if reverse:  # the tuple the runner walks and the index it sorts by within a group
-        flipped = tuple(
-            replace(c, case=replace(c.case, index=i))
-            for i, c in enumerate(reversed(prepared.execution.cases))
-        )
-        prepared = replace(prepared, execution=replace(prepared.execution, cases=flipped))
+    if reverse:
+        prepared = reversed_plan(prepared)
     order: list[str] = []
     summary = run_prepared(
         prepared,

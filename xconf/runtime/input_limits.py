@@ -67,20 +67,31 @@ def runtime_limits(config: Mapping[str, Any] | DictConfig) -> InputLimits | None
     return limits
 
 
+def _first_at_or_above(
+    rows: tuple[tuple[int, ...], ...], bound: int
+) -> tuple[int, int, int] | None:
+    """(row, column, value) of the first entry ``>= bound``; each row is scanned in C first."""
+    for i, row in enumerate(rows):
+        if row and max(row) >= bound:
+            j = next(j for j, value in enumerate(row) if value >= bound)
+            return i, j, row[j]
+    return None
+
+
 def check_identity_limits(identity: Identity, limits: InputLimits) -> None:
     """The identity's explicit rows inside the vocabulary and the context (negative and
-    non-integer ids were refused when the document was parsed). Row by row, so the error
-    names the first offending entry."""
+    non-integer ids were refused when the document was parsed). The error names the first
+    offending entry."""
     for field in ("token_ids", "selected_token_ids"):
-        for i, row in enumerate(getattr(identity, field)):
-            for j, token in enumerate(row):
-                if token >= limits.vocab_size:
-                    raise ConfigError(
-                        "runtime.token_out_of_vocab",
-                        f"token id {token} is outside the vocabulary [0, {limits.vocab_size}) "
-                        f"of {limits.source}",
-                        f"identity.{field}[{i}][{j}]",
-                    )
+        found = _first_at_or_above(getattr(identity, field), limits.vocab_size)
+        if found is not None:
+            i, j, token = found
+            raise ConfigError(
+                "runtime.token_out_of_vocab",
+                f"token id {token} is outside the vocabulary [0, {limits.vocab_size}) "
+                f"of {limits.source}",
+                f"identity.{field}[{i}][{j}]",
+            )
     for i, row in enumerate(identity.token_ids):
         if len(row) > limits.max_len:
             raise ConfigError(
@@ -88,15 +99,14 @@ def check_identity_limits(identity: Identity, limits: InputLimits) -> None:
                 f"{len(row)} tokens exceed the context of {limits.max_len} of {limits.source}",
                 f"identity.token_ids[{i}]",
             )
-    for i, row in enumerate(identity.position_ids):
-        for j, position in enumerate(row):
-            if position >= limits.max_len:
-                raise ConfigError(
-                    "runtime.sequence_too_long",
-                    f"position {position} is beyond the context of {limits.max_len} "
-                    f"of {limits.source}",
-                    f"identity.position_ids[{i}][{j}]",
-                )
+    found = _first_at_or_above(identity.position_ids, limits.max_len)
+    if found is not None:
+        i, j, position = found
+        raise ConfigError(
+            "runtime.sequence_too_long",
+            f"position {position} is beyond the context of {limits.max_len} of {limits.source}",
+            f"identity.position_ids[{i}][{j}]",
+        )
 
 
 def runtime_device(config: Mapping[str, Any] | DictConfig) -> str | None:
