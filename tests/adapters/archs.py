@@ -100,8 +100,11 @@ ARCHS = tuple(_configs())
 VARIANTS = ("llama-no-kv", "gemma2-untied")
 
 
-def write_checkpoint(arch: str, out: Path, seed: int = 0) -> Path:
-    """``arch`` from :data:`ARCHS` or :data:`VARIANTS`."""
+def write_checkpoint(
+    arch: str, out: Path, seed: int = 0, config: dict[str, Any] | None = None
+) -> Path:
+    """``arch`` from :data:`ARCHS` or :data:`VARIANTS`; ``config`` overrides config fields
+    (``num_key_value_heads=2``: a model that splits over two TP ranks without replication)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -111,6 +114,7 @@ def write_checkpoint(arch: str, out: Path, seed: int = 0) -> Path:
     common = _common(VOCAB, tok.eos_token_id, tok.pad_token_id, tok.bos_token_id)
     if arch == "llama-no-kv":  # built with its default (one KV head per head), then dropped
         common["num_key_value_heads"] = common["num_attention_heads"]
+    common.update(config or {})
     cfg = _configs()[base](common)
     if arch == "gemma2-untied":
         cfg.tie_word_embeddings = False

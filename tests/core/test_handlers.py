@@ -11,6 +11,7 @@ import pytest
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import HANDLERS as CPU_SMOKE
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+from xconf.adapters.megatron.handlers import HANDLERS as MEGATRON_HANDLERS
 from xconf.adapters.vllm_transformers.handlers import HANDLERS as VLLM_HF
 from xconf.adapters.vllm_transformers.hf_pair import HANDLERS as HF_PAIR
 from xconf.config.strict import parse_experiment
@@ -22,6 +23,13 @@ from xconf.knobs import (
     LOGP_BACKEND,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    TRAINING_APPLY_ROPE_FUSION,
+    TRAINING_BIAS_ACTIVATION_FUSION,
+    TRAINING_BIAS_DROPOUT_FUSION,
+    TRAINING_CROSS_ENTROPY_LOSS_FUSION,
+    TRAINING_MASKED_SOFTMAX_FUSION,
+    TRAINING_SEQUENCE_PARALLEL,
+    TRAINING_TENSOR_PARALLEL_SIZE,
 )
 from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog, Side
 from xconf.planner import plan_experiment
@@ -31,12 +39,30 @@ from xconf.testing.smoke_ops import register_smoke_operators
 
 # logp.backend is the operator binding's (materialization.backend_application), no handler's.
 BOUND = frozenset(KNOBS) - {LOGP_BACKEND.path}
+# Megatron's training side's own knobs: the transformers side has no handler for them.
+MEGATRON = frozenset(
+    spec.path
+    for spec in (
+        TRAINING_TENSOR_PARALLEL_SIZE,
+        TRAINING_SEQUENCE_PARALLEL,
+        TRAINING_BIAS_ACTIVATION_FUSION,
+        TRAINING_BIAS_DROPOUT_FUSION,
+        TRAINING_MASKED_SOFTMAX_FUSION,
+        TRAINING_APPLY_ROPE_FUSION,
+        TRAINING_CROSS_ENTROPY_LOSS_FUSION,
+    )
+)
 
 
 @pytest.mark.parametrize(
     ("handlers", "honoured"),
-    [(VLLM_HF, BOUND), (HF_PAIR, BOUND), (CPU_SMOKE, CONTRACT_KNOBS & BOUND)],
-    ids=["vllm_hf", "hf_pair", "cpu_smoke"],
+    [
+        (VLLM_HF, BOUND - MEGATRON),
+        (HF_PAIR, BOUND - MEGATRON),
+        (CPU_SMOKE, CONTRACT_KNOBS & BOUND),
+        (MEGATRON_HANDLERS, {p for p in BOUND if KNOBS[p].side != "rollout"}),
+    ],
+    ids=["vllm_hf", "hf_pair", "cpu_smoke", "megatron"],
 )
 def test_each_runtime_declares_one_handler_per_knob_it_honours(handlers, honoured) -> None:
     assert set(handlers) == honoured

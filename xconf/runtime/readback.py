@@ -62,7 +62,8 @@ TRAINING_FSDP_WRAPPED_MODULES = ReadbackName(
     "training.fsdp_wrapped_modules", "modules FSDP2 wrapped (fully_shard)"
 )
 TRAINING_WORLD_SIZE = ReadbackName(
-    "training.world_size", "ranks the parameters are sharded over (the FSDP mesh)"
+    "training.world_size",
+    "ranks the parameters are sharded over (the FSDP mesh, or Megatron's tensor-parallel group)",
 )
 TRAINING_LAUNCHER_WORLD_SIZE = ReadbackName(
     "training.launcher_world_size", "ranks of the launched torch.distributed world"
@@ -76,6 +77,16 @@ TRAINING_STATE_DIGEST = ReadbackName(
     "training.state_digest", "digest of the parameters and buffers after scoring"
 )
 TRAINING_REQUEST_SIZES = ReadbackName("training.request_sizes", "samples per forward, per request")
+# -- training (Megatron: adapters/megatron) --------------------------------------------------
+TRAINING_WEIGHTS_VERIFIED = ReadbackName(
+    "training.weights_verified",
+    "parameters proven bit-equal to their checkpoint slices after loading (this rank's)",
+)
+TRAINING_CROSS_ENTROPY = ReadbackName(
+    "training.cross_entropy",
+    "the last call's selected-logprob path: Megatron's fused or unfused vocab-parallel "
+    "cross entropy, or an operator",
+)
 
 READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
     {
@@ -107,13 +118,16 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             TRAINING_VOCAB_LAYOUT,
             TRAINING_STATE_DIGEST,
             TRAINING_REQUEST_SIZES,
+            TRAINING_WEIGHTS_VERIFIED,
+            TRAINING_CROSS_ENTROPY,
         )
     }
 )
 
 # Names the framework derives and records (under actual.json's ``derived``); a config may
-# never set them. The last three are no reading today: they are reserved so that a config
-# naming them is refused as derived rather than as an unknown knob.
+# never set them. The last two are no reading today: they are reserved so that a config
+# naming them is refused as derived rather than as an unknown knob. (The training TP size was
+# reserved here until Megatron's side made it a knob: ``knobs.TRAINING_TENSOR_PARALLEL_SIZE``.)
 DERIVED_NAMES: frozenset[str] = frozenset(
     {
         ROLLOUT_VOCAB_LAYOUT.name,
@@ -121,7 +135,6 @@ DERIVED_NAMES: frozenset[str] = frozenset(
         TRAINING_VOCAB_LAYOUT.name,
         TRAINING_WORLD_SIZE.name,
         "rollout.vocab_shard_bounds",
-        "training.tensor_parallel_size",
         "world_size",
     }
 )

@@ -74,6 +74,21 @@ class TrainingSettings:
     remove_padding: bool | None = False
     """``training.remove_padding``: score each request as one packed row (per-sample
     positions, no padding) instead of a right-padded batch."""
+    tensor_parallel_size: int | None = 1
+    """``training.tensor_parallel_size``: ranks the Megatron model is tensor-parallel over."""
+    sequence_parallel: bool | None = False
+    """``training.sequence_parallel``: Megatron sequence parallelism (needs TP > 1)."""
+    bias_activation_fusion: bool | None = False
+    """``training.bias_activation_fusion``: Megatron's fused bias + SwiGLU kernel."""
+    bias_dropout_fusion: bool | None = False
+    """``training.bias_dropout_fusion``: Megatron's fused bias + dropout + residual add."""
+    masked_softmax_fusion: bool | None = False
+    """``training.masked_softmax_fusion``: Megatron's fused scale + mask + softmax kernel."""
+    apply_rope_fusion: bool | None = False
+    """``training.apply_rope_fusion``: Megatron's fused rotary-embedding kernel."""
+    cross_entropy_loss_fusion: bool | None = False
+    """``training.cross_entropy_loss_fusion``: Megatron's fused vocab-parallel cross entropy
+    for the native selected logprob."""
 
 
 Settings: TypeAlias = RolloutSettings | TrainingSettings

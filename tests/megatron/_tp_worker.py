@@ -1,0 +1,95 @@
+"""Rank worker of tests/megatron/test_tensor_parallel.py, in a module of its own (spawned
+ranks import only this): a world of three gloo ranks, the Megatron side on ranks 0-1."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+WORLD = 3
+TP = 2
+# name -> (checkpoint, settings): TP 2 as Megatron builds it by default, and with sequence
+# parallelism, SDPA attention, packed rows and the fused cross entropy all at once.
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "plain": ("llama-gqa", {}),
+    "sequence_parallel": (
+        "qwen3-gqa",
+        {
+            "sequence_parallel": True,
+            "attention": "sdpa",
+            "remove_padding": True,
+            "cross_entropy_loss_fusion": True,
+        },
+    ),
+}
+READINGS = (
+    "training.tensor_parallel_size",
+    "training.sequence_parallel",
+    "training.remove_padding",
+    "training.attention_backend",
+    "training.cross_entropy_loss_fusion",
+    "training.world_size",
+    "training.launcher_world_size",
+)
+
+
+def vocab_parallel_operator() -> Any:
+    from xconf.operators.dispatch import DispatchedOperator
+    from xconf.ops.logprob.descriptors import descriptors
+    from xconf.ops.logprob.selected import VocabParallelSelectedLogprob
+
+    return DispatchedOperator(
+        VocabParallelSelectedLogprob(impl="eager"), descriptors()[0], "training"
+    )
+
+
+def rank_main(rank: int, port: int, roots: dict[str, str], out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from xconf.runtime.ranks import close_world
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=240)
+    )
+    try:
+        result = _on_rank(rank, roots, Path(out_dir))  # engines released when it returns
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        close_world()
+
+
+def _on_rank(rank: int, roots: dict[str, str], out: Path) -> dict[str, Any]:
+    from safetensors.torch import save_file
+
+    from tests.megatron.inputs import score
+    from xconf.adapters.megatron import side
+    from xconf.adapters.megatron.model import MegatronConfig
+
+    result: dict[str, Any] = {}
+    tensors = {}
+    for name, (ckpt, settings) in CASES.items():
+        cfg = MegatronConfig(model_path=roots[ckpt], tensor_parallel_size=TP, **settings)
+        engine = side.build(cfg)  # on ranks 0-1; rank 2 receives rank 0's score and readback
+        tensors[f"{name}.native"] = score(engine)
+        back = dict(engine.readback())
+        result[name] = {
+            "built": engine.engine is not None,
+            "readback": {k: back.get(k) for k in READINGS},
+            "vocab_bounds": [list(b) for b in back["training.vocab_layout"].shard_bounds],
+        }
+        if name == "plain":
+            op = vocab_parallel_operator()
+            tensors["plain.vocab_parallel"] = score(engine, op)  # on Megatron's shards
+            # The same implementation as a plain function: called on gathered full rows.
+            tensors["plain.full_rows"] = score(engine, op.implementation)
+        engine.close()
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "scores.safetensors"))
+    return result

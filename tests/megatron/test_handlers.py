@@ -1,0 +1,97 @@
+"""The Megatron side's knobs: what it builds, and what it refuses on this machine and why
+(which knobs each runtime declares at all: tests/core/test_handlers.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.megatron.conftest import needs_megatron
+from xconf.knobs import (
+    KNOBS,
+    LOGP_BACKEND,
+    TRAINING_APPLY_ROPE_FUSION,
+    TRAINING_ATTENTION_BACKEND,
+    TRAINING_CROSS_ENTROPY_LOSS_FUSION,
+    TRAINING_MASKED_SOFTMAX_FUSION,
+    TRAINING_SEQUENCE_PARALLEL,
+    TRAINING_SHARDING,
+    TRAINING_TENSOR_PARALLEL_SIZE,
+    KnobValue,
+)
+from xconf.runtime.protocol import KnobApplication, KnobRequest, RuntimeView
+
+pytestmark = needs_megatron
+
+
+class NineHeads:
+    """SmolLM2-135M's TP rule under Megatron (9 heads, 3 KV heads): TP 1 or 3."""
+
+    tp_sizes = (1, 3)
+
+    def tp_reason(self, tp: int) -> str | None:
+        return None if tp in self.tp_sizes else f"9 attention heads do not split over TP={tp}"
+
+
+def materialize(path: str, value: KnobValue, **knobs: KnobValue) -> KnobApplication:
+    from xconf.adapters.megatron.handlers import HANDLERS
+
+    view = RuntimeView("megatron", "cpu", NineHeads())
+    request = KnobRequest(KNOBS[path], "training", value, {path: value, **knobs}, view)
+    return HANDLERS[path].materialize(request)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "knobs", "why"),
+    [
+        (TRAINING_TENSOR_PARALLEL_SIZE.path, 2, {}, "9 attention heads do not split over TP=2"),
+        (TRAINING_TENSOR_PARALLEL_SIZE.path, 3, {}, "needs a launched world of 3 ranks"),
+        (TRAINING_SEQUENCE_PARALLEL.path, True, {}, "TP is 1"),
+        (TRAINING_MASKED_SOFTMAX_FUSION.path, True, {}, "is a CUDA kernel"),
+        (
+            TRAINING_MASKED_SOFTMAX_FUSION.path,
+            True,
+            {TRAINING_ATTENTION_BACKEND.path: "sdpa"},
+            "SDPA attention has no masked-softmax",
+        ),
+        (TRAINING_APPLY_ROPE_FUSION.path, True, {}, "Transformer Engine"),
+        (
+            TRAINING_CROSS_ENTROPY_LOSS_FUSION.path,
+            True,
+            {LOGP_BACKEND.path: "xconf.reference_logp"},
+            "not Megatron's CE",
+        ),
+        (TRAINING_SHARDING.path, "fsdp", {}, "shards by tensor parallelism"),
+        (TRAINING_ATTENTION_BACKEND.path, "flash_attention_2", {}, "no flash_attention_2"),
+    ],
+)
+def test_what_this_machine_cannot_run_is_unsupported_with_the_reason(
+    path: str, value: KnobValue, knobs: dict[str, Any], why: str
+) -> None:
+    app = materialize(path, value, **knobs)
+    assert (app.status, app.materialized) == ("unsupported", None)
+    assert why in app.evidence, app.evidence
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "materialized"),
+    [
+        (TRAINING_TENSOR_PARALLEL_SIZE.path, 1, 1),
+        (TRAINING_ATTENTION_BACKEND.path, "native", "eager"),
+        (TRAINING_ATTENTION_BACKEND.path, "sdpa", "sdpa"),
+        (TRAINING_SHARDING.path, "unsharded", "unsharded"),
+        (TRAINING_CROSS_ENTROPY_LOSS_FUSION.path, True, True),
+        (TRAINING_MASKED_SOFTMAX_FUSION.path, False, False),
+    ],
+)
+def test_what_it_builds(path: str, value: KnobValue, materialized: KnobValue) -> None:
+    app = materialize(path, value)
+    assert (app.status, app.materialized) == ("applied", materialized)
+
+
+def test_every_megatron_handler_reads_its_knob_back() -> None:
+    from xconf.adapters.megatron.handlers import HANDLERS
+
+    assert all(h.readback is not None for h in HANDLERS.values())
+    assert LOGP_BACKEND.path not in HANDLERS  # the operator binding's, as on every runtime
