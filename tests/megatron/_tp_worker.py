@@ -19,7 +19,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "qwen3-gqa",
         {
             "sequence_parallel": True,
-            "attention": "sdpa",
+            "attention_backend": "sdpa",
             "remove_padding": True,
             "cross_entropy_loss_fusion": True,
         },
@@ -70,13 +70,15 @@ def _on_rank(rank: int, roots: dict[str, str], out: Path) -> dict[str, Any]:
 
     from tests.megatron.inputs import score
     from xconf.adapters.megatron import side
-    from xconf.adapters.megatron.model import MegatronConfig
+    from xconf.adapters.megatron.settings import MegatronSettings
 
     result: dict[str, Any] = {}
     tensors = {}
     for name, (ckpt, settings) in CASES.items():
-        cfg = MegatronConfig(model_path=roots[ckpt], tensor_parallel_size=TP, **settings)
-        engine = side.build(cfg)  # on ranks 0-1; rank 2 receives rank 0's score and readback
+        # On ranks 0-1; rank 2 receives rank 0's score and readback.
+        engine: Any = side.build(
+            MegatronSettings(tensor_parallel_size=TP, **settings), model_path=roots[ckpt]
+        )
         tensors[f"{name}.native"] = score(engine)
         back = dict(engine.readback())
         result[name] = {

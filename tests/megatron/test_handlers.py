@@ -95,3 +95,38 @@ def test_every_megatron_handler_reads_its_knob_back() -> None:
 
     assert all(h.readback is not None for h in HANDLERS.values())
     assert LOGP_BACKEND.path not in HANDLERS  # the operator binding's, as on every runtime
+
+
+def test_one_documented_setting_per_knob_the_side_honours() -> None:
+    """The settings record follows from the handlers: one field per knob (named by the name
+    rule), no other field, each docstring naming its knob; the construction record takes
+    every knob field from it by name, with the settings' defaults."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+    from dataclasses import fields
+
+    from xconf.adapters.megatron.handlers import HANDLERS
+    from xconf.adapters.megatron.model import MegatronConfig
+    from xconf.adapters.megatron.settings import MegatronSettings
+    from xconf.runtime.settings import setting_name
+
+    names = {setting_name(KNOBS[p]): p for p in [*HANDLERS, LOGP_BACKEND.path]}
+    assert {f.name for f in fields(MegatronSettings)} == set(names)
+    (cls,) = ast.parse(textwrap.dedent(inspect.getsource(MegatronSettings))).body
+    assert isinstance(cls, ast.ClassDef)
+    for field, doc in itertools.pairwise(cls.body):
+        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+            text = doc.value.value if isinstance(doc, ast.Expr) else ""  # type: ignore[attr-defined]
+            assert str(text).startswith(f"``{names[field.target.id]}``: "), field.target.id
+    knob_fields = {f.name for f in fields(MegatronConfig)} - {
+        "model_path",
+        "device",
+        "trust_remote_code",
+    }
+    assert knob_fields <= set(names)
+    built = MegatronConfig.from_settings(MegatronSettings(), model_path="x")
+    assert all(getattr(built, n) == getattr(MegatronSettings(), n) for n in knob_fields)
+    chosen = MegatronSettings(attention_backend="sdpa", remove_padding=True)
+    assert MegatronConfig.from_settings(chosen, model_path="x").attention_backend == "sdpa"

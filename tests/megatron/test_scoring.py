@@ -48,7 +48,7 @@ def test_megatron_agrees_with_transformers_within_the_float32_threshold(checkpoi
 @pytest.mark.parametrize(
     "settings",
     [
-        {"attention": "sdpa"},
+        {"attention_backend": "sdpa"},
         {"remove_padding": True},
         {
             "bias_activation_fusion": True,
@@ -68,7 +68,7 @@ def test_each_setting_scores_the_same_tokens_and_reads_back(checkpoints, setting
     assert max_diff(got, transformers_scores(root)) <= threshold()
     back = knob_readback(HANDLERS, "training", side.live())
     assert back["batch.size"] == 3 and back["training.tensor_parallel_size"] == 1
-    assert back["training.attention_backend"] == settings.get("attention", "eager")
+    assert back["training.attention_backend"] == settings.get("attention_backend", "eager")
     assert back["training.remove_padding"] is settings.get("remove_padding", False)
     for fusion in ("bias_activation_fusion", "bias_dropout_fusion", "cross_entropy_loss_fusion"):
         assert back[f"training.{fusion}"] is settings.get(fusion, False), fusion

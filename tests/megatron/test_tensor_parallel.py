@@ -32,7 +32,7 @@ def test_tp2_sub_group_scores_the_same_tokens(checkpoints, tmp_path: Path) -> No
     from xconf.adapters.hf.model import TrainingScorerConfig
     from xconf.adapters.hf.scorer import HFTrainingScorer
     from xconf.adapters.megatron import side
-    from xconf.adapters.megatron.model import MegatronConfig
+    from xconf.adapters.megatron.settings import MegatronSettings
 
     roots = {ckpt: str(checkpoints(ckpt)) for ckpt, _ in CASES.values()}
     started = time.perf_counter()
@@ -49,13 +49,13 @@ def test_tp2_sub_group_scores_the_same_tokens(checkpoints, tmp_path: Path) -> No
         assert back["training.launcher_world_size"] == WORLD
         assert back["training.sequence_parallel"] is settings.get("sequence_parallel", False)
         assert back["training.remove_padding"] is settings.get("remove_padding", False)
-        assert back["training.attention_backend"] == settings.get("attention", "eager")
+        assert back["training.attention_backend"] == settings.get("attention_backend", "eager")
         assert back["training.cross_entropy_loss_fusion"] is settings.get(
             "cross_entropy_loss_fusion", False
         )
         assert ranks[0][name]["vocab_bounds"] == [[0, 192], [192, 384]]
         alone = {k: v for k, v in settings.items() if k != "sequence_parallel"}  # TP 1 has none
-        one = score(side.build(MegatronConfig(model_path=roots[ckpt], **alone)))
+        one = score(side.build(MegatronSettings(**alone), model_path=roots[ckpt]))
         hf = HFTrainingScorer(TrainingScorerConfig(model_path=roots[ckpt])).score(BATCH, 2)
         assert max_diff(got[f"{name}.native"], one) <= threshold(), name
         assert max_diff(got[f"{name}.native"], hf.logprobs) <= threshold(), name

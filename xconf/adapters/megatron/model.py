@@ -10,11 +10,12 @@ the ``training.bias_activation_fusion`` knob, and so on.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from xconf.adapters.errors import ModelFactoryError, UnsupportedKnobError
 from xconf.adapters.megatron.arch import MegatronArch
+from xconf.adapters.megatron.settings import MegatronSettings
 from xconf.adapters.megatron.weights import WeightCheck
 from xconf.canonical import canonical_digest
 from xconf.knobs import (
@@ -25,37 +26,49 @@ from xconf.knobs import (
     TRAINING_TENSOR_PARALLEL_SIZE,
 )
 
-# xconf's attention names -> the core-attention module the layer spec is built with:
-# ``eager`` is Megatron's own DotProductAttention, ``sdpa`` xconf's SdpaAttention.
+# The core-attention modules the layer spec can be built with: ``eager`` is Megatron's own
+# DotProductAttention, ``sdpa`` xconf's SdpaAttention (modules.py).
 ATTENTIONS = ("eager", "sdpa")
+_DEFAULTS = MegatronSettings()
 
 
 @dataclass(frozen=True)
 class MegatronConfig:
-    """What the Megatron training side is built with; the fingerprint decides reuse."""
+    """What the Megatron training side is built with; the fingerprint decides reuse. Its
+    knob fields take their defaults from :class:`MegatronSettings` (the one place)."""
 
     model_path: str
-    compute_dtype: str = "float32"
-    tensor_parallel_size: int = 1
-    sequence_parallel: bool = False
-    attention: str = "eager"  # Megatron's own DotProductAttention (ATTENTIONS)
-    # Score each request as one packed row (per-sample positions, block-diagonal causal mask).
-    remove_padding: bool = False
-    bias_activation_fusion: bool = False
-    bias_dropout_fusion: bool = False
-    masked_softmax_fusion: bool = False
-    apply_rope_fusion: bool = False
-    # The native selected logprob: Megatron's fused vocab-parallel cross entropy.
-    cross_entropy_loss_fusion: bool = False
+    compute_dtype: str = _DEFAULTS.compute_dtype
+    tensor_parallel_size: int = _DEFAULTS.tensor_parallel_size
+    sequence_parallel: bool = _DEFAULTS.sequence_parallel
+    attention_backend: str = _DEFAULTS.attention_backend
+    remove_padding: bool = _DEFAULTS.remove_padding
+    bias_activation_fusion: bool = _DEFAULTS.bias_activation_fusion
+    bias_dropout_fusion: bool = _DEFAULTS.bias_dropout_fusion
+    masked_softmax_fusion: bool = _DEFAULTS.masked_softmax_fusion
+    apply_rope_fusion: bool = _DEFAULTS.apply_rope_fusion
+    cross_entropy_loss_fusion: bool = _DEFAULTS.cross_entropy_loss_fusion
     device: str = "cpu"
     trust_remote_code: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: MegatronSettings, **construction: Any) -> MegatronConfig:
+        """The record for bound settings: every settings field that is one of this record's,
+        by name, and the ``construction`` options no knob sets (checkpoint, device)."""
+        own = {f.name for f in fields(cls)}
+        taken = {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in own}
+        return cls(**taken, **construction)
 
     def __post_init__(self) -> None:
         """Settings no model can be built with: coded refusals naming the knob (the handlers
         refuse them at bind time; this guards a record built by hand)."""
         for ok, path, why in (
             (self.compute_dtype in DTYPES, TRAINING_COMPUTE_DTYPE, f"{self.compute_dtype!r}"),
-            (self.attention in ATTENTIONS, TRAINING_ATTENTION_BACKEND, f"{self.attention!r}"),
+            (
+                self.attention_backend in ATTENTIONS,
+                TRAINING_ATTENTION_BACKEND,
+                f"{self.attention_backend!r}",
+            ),
             (self.tensor_parallel_size >= 1, TRAINING_TENSOR_PARALLEL_SIZE, "TP below 1"),
             (
                 not self.sequence_parallel or self.tensor_parallel_size > 1,
@@ -127,7 +140,7 @@ def block_spec(cfg: MegatronConfig, arch: MegatronArch) -> Any:
 
     spec = get_gpt_layer_local_spec(qk_layernorm=arch.qk_layernorm, normalization="RMSNorm")
     layer, attention = spec.submodules, spec.submodules.self_attention.submodules
-    if cfg.attention == "sdpa":
+    if cfg.attention_backend == "sdpa":
         attention.core_attention = SdpaAttention
     norm: Any = WrappedTorchNorm
     if cfg.sequence_parallel:
