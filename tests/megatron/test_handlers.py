@@ -25,19 +25,33 @@ from xconf.runtime.protocol import KnobApplication, KnobRequest, RuntimeView
 pytestmark = needs_megatron
 
 
-class NineHeads:
-    """SmolLM2-135M's TP rule under Megatron (9 heads, 3 KV heads): TP 1 or 3."""
+def smollm2_shape() -> Any:
+    """SmolLM2-135M's shape as Megatron builds it (9 heads, 3 KV heads): TP 1 or 3."""
+    from xconf.adapters.megatron.arch import MegatronArch
 
-    tp_sizes = (1, 3)
-
-    def tp_reason(self, tp: int) -> str | None:
-        return None if tp in self.tp_sizes else f"9 attention heads do not split over TP={tp}"
+    return MegatronArch(
+        config_path="smollm2/config.json",
+        model_type="llama",
+        num_layers=30,
+        hidden_size=576,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        ffn_hidden_size=1536,
+        vocab_size=49152,
+        max_positions=8192,
+        norm_eps=1e-5,
+        rope_theta=1e5,
+        tied_embeddings=True,
+        qkv_bias=False,
+        qk_layernorm=False,
+    )
 
 
 def materialize(path: str, value: KnobValue, **knobs: KnobValue) -> KnobApplication:
     from xconf.adapters.megatron.handlers import HANDLERS
 
-    view = RuntimeView("megatron", "cpu", NineHeads())
+    view = RuntimeView("megatron", "cpu", smollm2_shape())
     request = KnobRequest(KNOBS[path], "training", value, {path: value, **knobs}, view)
     return HANDLERS[path].materialize(request)
 
@@ -130,3 +144,45 @@ def test_one_documented_setting_per_knob_the_side_honours() -> None:
     assert all(getattr(built, n) == getattr(MegatronSettings(), n) for n in knob_fields)
     chosen = MegatronSettings(attention_backend="sdpa", remove_padding=True)
     assert MegatronConfig.from_settings(chosen, model_path="x").attention_backend == "sdpa"
+
+
+def test_the_tp_rule_is_megatrons_even_when_the_runtime_holds_vllms(tmp_path) -> None:
+    """A checkpoint runtime's view holds the rollout engine's facts: vLLM splits SmolLM2's
+    3 KV heads over TP 9 by replicating them, Megatron never does; the handler reads
+    Megatron's own rule from the checkpoint the facts name."""
+    import transformers
+
+    from xconf.adapters.megatron.handlers import HANDLERS
+    from xconf.adapters.models.facts import ModelFacts
+
+    transformers.LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=2,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(str(tmp_path))
+    facts = ModelFacts(
+        config_path=str(tmp_path / "config.json"),
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        num_layers=2,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        hidden_size=576,
+        vocab_size=49152,
+        tied_embeddings=False,
+        config_dtype="float32",
+        transformers_class=True,
+        vllm_class=True,
+    )
+    assert facts.tp_reason(9) is None  # vLLM's rule
+    path = TRAINING_TENSOR_PARALLEL_SIZE.path
+    view = RuntimeView("vllm-megatron", "cpu", facts)
+    app = HANDLERS[path].materialize(KnobRequest(KNOBS[path], "training", 9, {path: 9}, view))
+    assert app.status == "unsupported"
+    assert "3 KV heads (Megatron replicates none) do not split over TP=9" in app.evidence
+    assert "Megatron allows TP 1, 3" in app.evidence

@@ -8,11 +8,14 @@ apex or Transformer Engine kernel) is ``unsupported`` with the reason, never sil
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from xconf.adapters.errors import ModelFactoryError
 from xconf.knobs import (
     BATCH_SIZE,
     LOGP_BACKEND,
@@ -37,17 +40,49 @@ from xconf.runtime.protocol import (
     KnobHandler,
     KnobRequest,
     ReadBack,
+    RuntimeView,
 )
 from xconf.runtime.ranks import world_size
+
+if TYPE_CHECKING:
+    from xconf.adapters.megatron.arch import MegatronArch
 
 ATTENTION = {"native": "eager", "eager": "eager", "sdpa": "sdpa"}
 
 
+@functools.lru_cache(maxsize=8)
+def _arch_of(config_path: str) -> MegatronArch:
+    from xconf.adapters.megatron.arch import megatron_arch
+
+    return megatron_arch(Path(config_path).parent)
+
+
+def megatron_rule(view: RuntimeView) -> MegatronArch | str:
+    """Megatron's TP rule for the runtime's frozen checkpoint (or why there is none): the
+    view's own when it is Megatron's, else read from the checkpoint the view's facts name
+    (a runtime's facts are its rollout engine's, whose TP rule differs: vLLM replicates KV
+    heads, Megatron never does)."""
+    from xconf.adapters.megatron.arch import MegatronArch
+    from xconf.adapters.models.facts import ModelFacts
+
+    rule = view.model
+    if rule is None:
+        return "no frozen checkpoint to split over TP ranks"
+    if isinstance(rule, MegatronArch):
+        return rule
+    if not isinstance(rule, ModelFacts):
+        return f"the runtime's checkpoint facts ({type(rule).__name__}) name no config.json"
+    try:
+        return _arch_of(rule.config_path)
+    except ModelFactoryError as exc:
+        return f"Megatron cannot map the checkpoint: {exc.message} ({exc.path})"
+
+
 def _tensor_parallel(request: KnobRequest) -> KnobApplication:
     tp = int(request.value)
-    rule = request.runtime.model
-    if rule is None:
-        return request.unsupported("no frozen checkpoint to split over TP ranks")
+    rule = megatron_rule(request.runtime)
+    if isinstance(rule, str):
+        return request.unsupported(rule)
     reason = rule.tp_reason(tp)
     if reason is not None:
         allowed = ", ".join(map(str, rule.tp_sizes))
