@@ -91,7 +91,32 @@ def _on_rank(rank: int, roots: dict[str, str], out: Path) -> dict[str, Any]:
             tensors["plain.vocab_parallel"] = score(engine, op)  # on Megatron's shards
             # The same implementation as a plain function: called on gathered full rows.
             tensors["plain.full_rows"] = score(engine, op.implementation)
+            result["violation"] = _one_rank_writes(rank, engine.engine)
         engine.close()
     if rank == 0:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "scores.safetensors"))
     return result
+
+
+def _one_rank_writes(rank: int, member: Any) -> str | None:
+    """Rank 1 alone writes into its shard while scoring: both TP ranks must raise (neither
+    may return a score, or wait in a collective the other left). Off the side: nothing."""
+    from tests.megatron.inputs import score
+    from xconf.adapters.errors import ReadOnlyViolationError
+
+    if member is None:
+        return None
+    param = next(member.model.parameters())
+
+    def write(*_: Any) -> None:
+        if rank == 1:
+            param.data.add_(1.0)
+
+    hook = member.model.decoder.register_forward_hook(write)
+    try:
+        score(member)
+    except ReadOnlyViolationError as exc:
+        return exc.code
+    finally:
+        hook.remove()
+    return "no error"

@@ -2,7 +2,8 @@
 model's shards, rank 2 builds nothing and receives rank 0's score and readback.
 
 Against TP 1 and transformers on the same tokens (within the float32 threshold), every knob
-read back from the live shards, and xconf's vocab-parallel operator on Megatron's own vocab
+read back from the live shards, a write into one rank's shard caught on both ranks, and
+xconf's vocab-parallel operator on Megatron's own vocab
 shards bit for bit equal to the same operator on the gathered full rows (its
 ``cross_tp_bitwise`` promise, on the layout Megatron builds).
 """
@@ -59,6 +60,7 @@ def test_tp2_sub_group_scores_the_same_tokens(checkpoints, tmp_path: Path) -> No
         hf = HFTrainingScorer(TrainingScorerConfig(model_path=roots[ckpt])).score(BATCH, 2)
         assert max_diff(got[f"{name}.native"], one) <= threshold(), name
         assert max_diff(got[f"{name}.native"], hf.logprobs) <= threshold(), name
+    assert [r["violation"] for r in ranks] == ["parameters_changed", "parameters_changed", None]
     assert torch.equal(got["plain.vocab_parallel"], got["plain.full_rows"])
     assert max_diff(got["plain.vocab_parallel"], got["plain.native"]) <= threshold()
     print(f"Megatron TP 2 in a {WORLD}-rank world: {elapsed:.1f} s")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xconf.adapters.errors import ScoringError
+from xconf.adapters.errors import ReadOnlyViolationError, ScoringError
 from xconf.adapters.frozen import FrozenBatch, FrozenSample, assemble_scores
 from xconf.adapters.hf.readonly import (
     StateDigest,
@@ -160,8 +160,10 @@ def _agree_unchanged(before: StateDigest, after: StateDigest, group: Any) -> Non
         unchanged = bool(flag.item())
     if not unchanged:
         if before == after:  # another rank's shard changed
-            raise ScoringError(
-                "parameters_changed", "another TP rank's model changed while scoring", "training"
+            raise ReadOnlyViolationError(
+                "parameters_changed",
+                "another TP rank's model changed while scoring",
+                "training.model",
             )
         check_unchanged(before, after, "training.model")
 
