@@ -197,10 +197,6 @@ def _cross_entropy(live: Any) -> bool | None:
     return {"fused": True, "unfused": False, "operator": False}.get(str(live.cross_entropy))
 
 
-def _tp_size(live: Any) -> int | None:
-    return live.model.tensor_parallel_size or None
-
-
 NO_FSDP = "the Megatron side shards by tensor parallelism (training.tensor_parallel_size)"
 
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
@@ -208,7 +204,9 @@ HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
         BATCH_SIZE.path: CHUNKED_REQUESTS,
         TRAINING_COMPUTE_DTYPE.path: AT_CONSTRUCTION.reading(_dtype),
         TRAINING_ATTENTION_BACKEND.path: KnobHandler(_attention, _read("attention")),
-        TRAINING_TENSOR_PARALLEL_SIZE.path: KnobHandler(_tensor_parallel, _tp_size),
+        TRAINING_TENSOR_PARALLEL_SIZE.path: KnobHandler(
+            _tensor_parallel, _read("tensor_parallel_size")
+        ),
         TRAINING_SEQUENCE_PARALLEL.path: KnobHandler(
             _sequence_parallel, _read("sequence_parallel")
         ),

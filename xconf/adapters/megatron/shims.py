@@ -33,7 +33,13 @@ from collections.abc import Iterator
 from typing import Any
 
 _LOCK = threading.RLock()
-_CPU_DEPTH = [0]
+
+
+class _CpuDevice:
+    """How many blocks run with the CPU as the current device, and the function they hid."""
+
+    depth = 0
+    hidden: Any = None
 
 
 def import_megatron() -> Any:
@@ -53,17 +59,18 @@ def cpu_current_device() -> Iterator[None]:
     import torch
 
     with _LOCK:
-        if _CPU_DEPTH[0] == 0:
-            _CPU_DEPTH.append(torch.cuda.current_device)  # type: ignore[arg-type]
+        if _CpuDevice.depth == 0:
+            _CpuDevice.hidden = torch.cuda.current_device
             torch.cuda.current_device = _cpu  # type: ignore[assignment]
-        _CPU_DEPTH[0] += 1
+        _CpuDevice.depth += 1
     try:
         yield
     finally:
         with _LOCK:
-            _CPU_DEPTH[0] -= 1
-            if _CPU_DEPTH[0] == 0:
-                torch.cuda.current_device = _CPU_DEPTH.pop()  # type: ignore[assignment]
+            _CpuDevice.depth -= 1
+            if _CpuDevice.depth == 0:
+                torch.cuda.current_device = _CpuDevice.hidden
+                _CpuDevice.hidden = None
 
 
 def _cpu() -> Any:

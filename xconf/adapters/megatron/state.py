@@ -32,7 +32,7 @@ def _one(values: set[Any]) -> Any:
 class ModelReading:
     """The built model as it is: each field read from its modules."""
 
-    tensor_parallel_size: int  # the size of the groups its parallel layers compute over
+    tensor_parallel_size: int | None  # the size of the groups its parallel layers compute over
     sequence_parallel: bool | None  # every parallel linear's own flag (None: they disagree)
     param_dtypes: tuple[str, ...]
     attention: str | None  # "eager" (Megatron's DotProductAttention) or "sdpa" (xconf's)
@@ -74,7 +74,7 @@ def read_model(model: Any) -> ModelReading:
         if isinstance(c, DotProductAttention)
     }
     return ModelReading(
-        tensor_parallel_size=_one({int(m.tp_group.size()) for m in linears}) or 0,
+        tensor_parallel_size=_one({int(m.tp_group.size()) for m in linears}),
         sequence_parallel=_one({bool(m.sequence_parallel) for m in linears}),
         param_dtypes=tuple(sorted({str(p.dtype).removeprefix("torch.") for p in params})),
         attention=_one(kinds),
