@@ -155,6 +155,10 @@ def _masked_softmax(request: KnobRequest) -> str | None:
         )
     if importlib.util.find_spec("scaled_masked_softmax_cuda") is None:
         return "Megatron's fused softmax kernels (scaled_masked_softmax_cuda) are not installed"
+    if request.knobs.get(TRAINING_COMPUTE_DTYPE.path, "float32") == "float32":
+        # FusedScaleMaskSoftmax runs its kernel on fp16/bf16 scores only: the flag would be
+        # set while torch's softmax ran.
+        return "the fused masked softmax takes float16/bfloat16 scores; this side runs float32"
     return None
 
 
