@@ -50,6 +50,9 @@ class _Engine:
         requested = batch_size_from_requests(self._inner.request_sizes, self._requested)
         return {**self._values, "batch.size": requested}
 
+    def reset_state(self) -> None:
+        self._inner.reset_state()
+
     def close(self) -> None:
         self._inner.close()
 

@@ -37,11 +37,8 @@ def _nothing() -> None:
 def side_module(engine: Any, side: str) -> SideModule:
     import torch
 
-    from xconf.adapters.vllm_transformers.engines import (
-        HfTrainingSide,
-        OnSideRanks,
-        VllmRolloutSide,
-    )
+    from xconf.adapters.vllm_transformers.engines import HfTrainingSide, VllmRolloutSide
+    from xconf.runtime.wrappers import OnSideRanks
 
     inner = engine
     while hasattr(inner, "wrapped") or isinstance(inner, OnSideRanks):

@@ -315,8 +315,8 @@ class SideScore:
 class Engine(Protocol):
     """A constructed scorer for one side; may be reused across cases with equal fingerprints.
 
-    An engine that keeps state across calls (a prefix or KV cache) also has ``reset_state()``,
-    which the engine cache calls before every reuse: cases never see each other's state.
+    Every method is required, and an engine that wraps another (a timer, the placement on a
+    side's ranks) forwards each one: the runner reaches nothing of an engine with ``getattr``.
     """
 
     def readback(self) -> Mapping[str, ReadbackValue]:
@@ -332,6 +332,12 @@ class Engine(Protocol):
         operator: SelectedLogprobOp | None,
     ) -> SideScore:
         """Score the frozen tokens read-only; ``operator`` None means the runtime's native path."""
+        ...
+
+    def reset_state(self) -> None:
+        """Forget what the engine kept from the calls before (a prefix or KV cache, the
+        requests it answered): the engine cache calls it before every reuse, so no case sees
+        another's state. An engine that keeps nothing across calls does nothing."""
         ...
 
     def close(self) -> None: ...

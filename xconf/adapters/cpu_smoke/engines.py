@@ -153,6 +153,9 @@ class _SyntheticEngine:
     def _uses_kv_cache(self) -> bool:
         return False
 
+    def reset_state(self) -> None:
+        """Nothing to forget: every scoring call starts its request record afresh."""
+
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
 from xconf.adapters.models import ModelRecord
-from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.handlers import HANDLERS
 from xconf.adapters.vllm_transformers.placement import (
     launched_world_size,
@@ -29,6 +28,7 @@ from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue, side_worlds
 from xconf.runtime.materialization import default_bind, settings_for
 from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, RuntimeView, SideBinding
 from xconf.runtime.settings import RolloutSettings, TrainingSettings
+from xconf.runtime.wrappers import Delegating, OnSideRanks
 
 if TYPE_CHECKING:
     from xconf.adapters.models.facts import ModelFacts
@@ -225,7 +225,7 @@ class VllmHfRuntime:
                 remove_padding=training.remove_padding,
             )
         from xconf.adapters.vllm.engine import RolloutEngineConfig
-        from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
+        from xconf.adapters.vllm_transformers.engines import VllmRolloutSide
 
         rollout = settings_for(binding, RolloutSettings)
         native = case.operator("rollout").runtime_native
@@ -266,7 +266,7 @@ class VllmHfRuntime:
         (the other launched ranks receive rank 0's score); ``scorer``: the engine class
         (the training side's by default), ``fields``: its other settings."""
         from xconf.adapters.hf.model import TrainingScorerConfig
-        from xconf.adapters.vllm_transformers.engines import HfTrainingSide, OnSideRanks
+        from xconf.adapters.vllm_transformers.engines import HfTrainingSide
 
         cfg = TrainingScorerConfig(
             model_path=self.record.path,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xconf.adapters.errors import IdentityViolationError, ScoringError
+from xconf.adapters.errors import IdentityViolationError
 from xconf.adapters.frozen import FrozenBatch
 from xconf.adapters.vllm_transformers.handlers import HANDLERS
 from xconf.experiment import Identity
@@ -21,7 +21,6 @@ from xconf.runtime.protocol import (
     SideScore,
     knob_readback,
 )
-from xconf.runtime.ranks import SideGroup, from_rank0
 from xconf.runtime.readback import (
     ROLLOUT_REQUEST_SIZES,
     ROLLOUT_VOCAB_LAYOUT,
@@ -183,53 +182,11 @@ class VllmRolloutSide(_FrozenSide):
     def readback(self) -> Mapping[str, ReadbackValue]:
         return rollout_readback(self.engine.live())
 
+    def reset_state(self) -> None:
+        self.engine.reset_state()
+
     def close(self) -> None:
         self.engine.close()
-
-
-class OnSideRanks:
-    """An engine that lives only on its side's ranks (``0 .. size - 1`` of the launched world).
-
-    ``build(group)`` constructs the real engine on member ranks (``group`` is the side's
-    sub-group, None for the whole world). The ranks outside the side build nothing and
-    receive rank 0's score and readback, so every rank reaches the same verdict without
-    joining the side's collectives.
-    """
-
-    def __init__(self, build: Callable[[Any], Any], side: SideGroup) -> None:
-        self.side = side
-        self.engine: Any = build(side.group) if side.member else None
-
-    @classmethod
-    def on(cls, ranks: int, build: Callable[[Any], Any]) -> OnSideRanks:
-        """The engine ``build(group)`` makes, on launched ranks ``0 .. ranks - 1``."""
-        from xconf.runtime.ranks import side_group
-
-        return cls(build, side_group(ranks))
-
-    def score(
-        self,
-        inputs: FrozenInputs,
-        identity: Identity,
-        batch_size: int,
-        operator: SelectedLogprobOp | None,
-    ) -> SideScore:
-        score = self.engine.score(inputs, identity, batch_size, operator) if self.engine else None
-        if self.side.is_sub_group:
-            score = from_rank0(score)
-        if score is None:  # pragma: no cover - rank 0 is a member of every side group
-            raise ScoringError("runtime.no_score", "no member rank scored", "launcher")
-        return score  # type: ignore[no-any-return]
-
-    def readback(self) -> Mapping[str, ReadbackValue]:
-        live = self.engine.readback() if self.engine else None
-        if self.side.is_sub_group:
-            live = from_rank0(live)
-        return live or {}
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
 
 
 class HfTrainingSide(_FrozenSide):
@@ -270,6 +227,9 @@ class HfTrainingSide(_FrozenSide):
         return _readback_values(
             {**self.readings(live), **knob_readback(self.handlers, self.side, live)}
         )
+
+    def reset_state(self) -> None:
+        """Nothing to forget: every scoring pass records its own forwards afresh."""
 
     def close(self) -> None:
         self.scorer.model = None
