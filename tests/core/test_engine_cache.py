@@ -15,6 +15,7 @@ import pytest
 
 from xconf.adapters.cpu_smoke.engines import RolloutEngine
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
+from xconf.adapters.cpu_smoke.side import ROLLOUT
 from xconf.config.strict import parse_experiment
 from xconf.engine_cache import EngineCache
 from xconf.execution_plan import ExecutionCase, build_execution_plan
@@ -27,7 +28,7 @@ from xconf.testing.smoke_ops import register_smoke_operators
 
 
 def _timed(engine: Engine) -> Engine:
-    from xconf.adapters.vllm_transformers.adapter import _Timed as Timed
+    from xconf.adapters.checkpoint.runtime import Timed
 
     return Timed(engine, {"scoring_s": 0.0})
 
@@ -43,6 +44,17 @@ WRAPPERS: dict[str, Callable[[Engine], Engine]] = {
     "timed": _timed,
     "timed(on_side_ranks)": lambda engine: _timed(_on_rank0(engine)),
 }
+
+
+def _prefix_caching_engine() -> RolloutEngine:
+    return RolloutEngine(
+        SyntheticModelConfig(),
+        "float32",
+        prefix_caching=True,
+        eager=True,
+        mode="decode",
+        readback=ROLLOUT.readback,
+    )
 
 
 class _Builds:
@@ -69,13 +81,13 @@ def cached_case(s0_doc) -> tuple[Any, ExecutionCase, SideBinding]:
 def _reused_after_a_score(wrap: Callable[[Engine], Engine], cached_case: Any) -> RolloutEngine:
     """A prefix-caching engine, wrapped, scored once and then handed out again by the cache."""
     identity, case, binding = cached_case
-    inner = RolloutEngine(
-        SyntheticModelConfig(), "float32", prefix_caching=True, eager=True, mode="decode"
-    )
+    inner = _prefix_caching_engine()
     cache = EngineCache(_Builds(wrap(inner)))  # type: ignore[arg-type]
     engine = cache.get(binding, case)
     engine.score(frozen_inputs(identity), identity, 1, None)
     assert inner._prefix_cache, "the scored pass must fill the prefix cache"
+    # the model's own record of what it embedded reaches the guards through the wrapper too
+    assert engine.embedded_tokens() == inner.embedded_tokens() != []
     assert cache.get(binding, case) is engine and cache.reused == 1
     return inner
 
@@ -112,15 +124,16 @@ class _Forgets:
     def readback(self) -> Any:
         return self._inner.readback()
 
+    def embedded_tokens(self) -> Any:
+        return self._inner.embedded_tokens()
+
     def close(self) -> None:
         self._inner.close()
 
 
 def test_a_wrapper_without_the_reset_is_no_engine(cached_case) -> None:
     _, case, binding = cached_case
-    inner = RolloutEngine(
-        SyntheticModelConfig(), "float32", prefix_caching=True, eager=True, mode="decode"
-    )
+    inner = _prefix_caching_engine()
     assert isinstance(inner, Engine) and not isinstance(_Forgets(inner), Engine)
     cache = EngineCache(_Builds(_Forgets(inner)))  # type: ignore[arg-type]
     cache.get(binding, case)

@@ -8,7 +8,7 @@ planner or runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -338,6 +338,12 @@ class Engine(Protocol):
         """Forget what the engine kept from the calls before (a prefix or KV cache, the
         requests it answered): the engine cache calls it before every reuse, so no case sees
         another's state. An engine that keeps nothing across calls does nothing."""
+        ...
+
+    def embedded_tokens(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]] | None:
+        """(token ids, position ids) the model itself embedded in the last scoring call, by
+        its own record (``runtime/guards.check_embedded`` checks them against the frozen
+        rows); None: the engine keeps no such record, and the scorer's echo is all there is."""
         ...
 
     def close(self) -> None: ...

@@ -9,8 +9,8 @@ too, which the engine cache calls before every reuse) must reach the engine insi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from xconf.errors import XconfError
 from xconf.experiment import Identity
@@ -22,6 +22,9 @@ from xconf.runtime.protocol import (
     SideScore,
 )
 from xconf.runtime.ranks import SideGroup, from_rank0
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Delegating:
@@ -56,6 +59,9 @@ class Delegating:
 
     def reset_state(self) -> None:
         self._inner.reset_state()
+
+    def embedded_tokens(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]] | None:
+        return self._inner.embedded_tokens()
 
     def close(self) -> None:
         self._inner.close()
@@ -104,6 +110,10 @@ class OnSideRanks:
     def reset_state(self) -> None:
         if self.engine is not None:  # the ranks outside the side hold nothing to reset
             self.engine.reset_state()
+
+    def embedded_tokens(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]] | None:
+        # Each member rank checks its own model's record; the others embedded nothing.
+        return self.engine.embedded_tokens() if self.engine is not None else None
 
     def close(self) -> None:
         if self.engine is not None:
