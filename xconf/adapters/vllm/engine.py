@@ -117,7 +117,7 @@ class RolloutEngineConfig:
             )
 
 
-# The vLLM side's settings no engine field holds (``tests/adapters``' settings test checks it).
+# The vLLM side's settings no engine field holds (``tests/core/test_settings.py`` checks it).
 SETTINGS_NOT_BUILT = frozenset({"batch_size", "logp_backend", "context_parallel_size"})
 
 
