@@ -76,7 +76,7 @@ def _on_rank(rank: int, roots: dict[str, str], out: Path) -> dict[str, Any]:
     tensors = {}
     for name, (ckpt, settings) in CASES.items():
         # On ranks 0-1; rank 2 receives rank 0's score and readback.
-        engine: Any = side.build(
+        engine: Any = side.engine_for(
             MegatronSettings(tensor_parallel_size=TP, **settings), model_path=roots[ckpt]
         )
         tensors[f"{name}.native"] = score(engine)

@@ -42,6 +42,16 @@ def identity() -> Any:
     )
 
 
+def engine(root: Any, **settings: Any) -> Any:
+    """One rank's Megatron engine on the checkpoint at ``root`` (TP 1 unless asked), with
+    the side's own readback."""
+    from xconf.adapters.megatron.engine import MegatronTrainingSide
+    from xconf.adapters.megatron.model import MegatronConfig
+    from xconf.adapters.megatron.side import TRAINING
+
+    return MegatronTrainingSide(MegatronConfig(model_path=str(root), **settings), TRAINING.readback)
+
+
 def score(engine: Any, op: Any = None, size: int = 2) -> torch.Tensor:
     """The engine's scores of the identity, through the Engine protocol."""
     from xconf.side_scoring import frozen_inputs

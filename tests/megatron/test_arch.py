@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.megatron.conftest import needs_megatron
+from tests.megatron.inputs import engine
 from xconf.adapters.errors import ModelFactoryError
 
 pytestmark = needs_megatron
@@ -122,9 +123,6 @@ def test_a_tensor_with_no_place_in_the_spec_is_refused_by_name(checkpoints, tmp_
 
     from safetensors.torch import load_file, save_file
 
-    from xconf.adapters.megatron.engine import MegatronTrainingSide
-    from xconf.adapters.megatron.model import MegatronConfig
-
     root = tmp_path / "llama-extra"
     shutil.copytree(checkpoints("llama"), root)
     tensors = load_file(str(root / "model.safetensors"))
@@ -132,5 +130,5 @@ def test_a_tensor_with_no_place_in_the_spec_is_refused_by_name(checkpoints, tmp_
     tensors[extra] = tensors["model.norm.weight"].clone()
     save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ModelFactoryError) as info:
-        MegatronTrainingSide(MegatronConfig(model_path=str(root)))
+        engine(root)
     assert (info.value.code, info.value.path) == ("model.megatron_unmappable", f"{root}:{extra}")

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.megatron.conftest import needs_megatron
+from tests.megatron.inputs import engine
 from tests.megatron.test_weights import _bits, unpack
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
 
@@ -41,10 +42,7 @@ def pretrained() -> Path:
 
 @pytest.fixture(scope="module")
 def megatron(pretrained: Path) -> Any:
-    from xconf.adapters.megatron.engine import MegatronTrainingSide
-    from xconf.adapters.megatron.model import MegatronConfig
-
-    return MegatronTrainingSide(MegatronConfig(model_path=str(pretrained)))
+    return engine(pretrained)
 
 
 def test_every_parameter_is_the_checkpoint_tensor(pretrained: Path, megatron: Any) -> None:

@@ -10,17 +10,10 @@ import pytest
 import torch
 
 from tests.megatron.conftest import needs_megatron
-from tests.megatron.inputs import BATCH, identity, max_diff, score, threshold
+from tests.megatron.inputs import BATCH, engine, identity, max_diff, score, threshold
 from xconf.adapters.errors import ReadOnlyViolationError
 
 pytestmark = needs_megatron
-
-
-def engine(root: Path, **settings: Any) -> Any:
-    from xconf.adapters.megatron.engine import MegatronTrainingSide
-    from xconf.adapters.megatron.model import MegatronConfig
-
-    return MegatronTrainingSide(MegatronConfig(model_path=str(root), **settings))
 
 
 _HF: dict[tuple[str, str], torch.Tensor] = {}

@@ -56,7 +56,7 @@ def test_tp2_sub_group_scores_the_same_tokens(checkpoints, tmp_path: Path) -> No
         )
         assert ranks[0][name]["vocab_bounds"] == [[0, 192], [192, 384]]
         alone = {k: v for k, v in settings.items() if k != "sequence_parallel"}  # TP 1 has none
-        one = score(side.build(MegatronSettings(**alone), model_path=roots[ckpt]))
+        one = score(side.engine_for(MegatronSettings(**alone), model_path=roots[ckpt]))
         hf = HFTrainingScorer(TrainingScorerConfig(model_path=roots[ckpt])).score(BATCH, 2)
         assert max_diff(got[f"{name}.native"], one) <= threshold(), name
         assert max_diff(got[f"{name}.native"], hf.logprobs) <= threshold(), name

@@ -9,23 +9,16 @@ gate/up halves of fc1) and compared with ``safetensors.torch.load_file``'s, bit 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from tests.megatron.conftest import needs_megatron
+from tests.megatron.inputs import engine as make_engine
 
 pytestmark = needs_megatron
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "llama-gqa", "qwen3-gqa")
-
-
-def _engine(root: Path, **settings: Any) -> Any:
-    from xconf.adapters.megatron.engine import MegatronTrainingSide
-    from xconf.adapters.megatron.model import MegatronConfig
-
-    return MegatronTrainingSide(MegatronConfig(model_path=str(root), **settings))
 
 
 def unpack(arch: Any, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -70,7 +63,7 @@ def test_every_parameter_is_its_checkpoint_tensor_bit_for_bit(checkpoints, name)
     from safetensors.torch import load_file
 
     root = checkpoints(name)
-    engine = _engine(root)
+    engine = make_engine(root)
     params = dict(engine.model.named_parameters())
     stored = load_file(str(root / "model.safetensors"))
     derived = unpack(engine.arch, params)
@@ -84,7 +77,7 @@ def test_every_parameter_is_its_checkpoint_tensor_bit_for_bit(checkpoints, name)
 def test_a_changed_parameter_is_named_by_the_check(checkpoints) -> None:
     from xconf.adapters.megatron.weights import verify_weights
 
-    engine = _engine(checkpoints("qwen3"))
+    engine = make_engine(checkpoints("qwen3"))
     name = "decoder.layers.1.self_attention.k_layernorm.weight"
     with torch.no_grad():
         dict(engine.model.named_parameters())[name][3] += 2.0**-20

@@ -8,21 +8,13 @@ frozen tokens read-only (``scorer.score_frozen``) and exposes its live state
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from xconf.adapters.megatron.handlers import HANDLERS
+from xconf.adapters.frozen_side import FrozenSide
 from xconf.adapters.megatron.model import MegatronConfig
-from xconf.adapters.vllm_transformers.engines import _FrozenSide, _readback_values
 from xconf.experiment import Identity
-from xconf.operators.catalog import Side
-from xconf.runtime.protocol import (
-    Handlers,
-    ReadbackValue,
-    ReadOnlyEvidence,
-    SelectedLogprobOp,
-    knob_readback,
-)
+from xconf.runtime.protocol import ReadbackValue, ReadOnlyEvidence, SelectedLogprobOp
 
 if TYPE_CHECKING:
     from xconf.adapters.frozen import FrozenBatch
@@ -43,14 +35,18 @@ def _vocab_bounds(model: Any, group: Any) -> tuple[tuple[int, int], ...]:
     return tuple((int(lo), int(hi)) for lo, hi in every)
 
 
-class MegatronTrainingSide(_FrozenSide):
+class MegatronTrainingSide(FrozenSide):
     """Engine protocol over one rank of a Megatron ``GPTModel``; ``group`` is the side's
-    tensor-parallel group in the launched world (None: the whole world, or TP 1)."""
+    tensor-parallel group in the launched world (None: the whole world, or TP 1);
+    ``readback`` is the side's (``side.TRAINING.readback``: its readings and each knob read
+    by its handler)."""
 
-    handlers: ClassVar[Handlers] = HANDLERS
-    side: ClassVar[Side] = "training"
-
-    def __init__(self, cfg: MegatronConfig, group: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: MegatronConfig,
+        readback: Callable[[MegatronState], Mapping[str, ReadbackValue]],
+        group: Any = None,
+    ) -> None:
         import torch.distributed as dist
 
         from xconf.adapters.megatron.arch import megatron_arch
@@ -59,6 +55,7 @@ class MegatronTrainingSide(_FrozenSide):
         from xconf.adapters.megatron.shims import one_rank_group
 
         self.cfg = cfg
+        self._readback = readback
         self.arch = megatron_arch(cfg.model_path, cfg.trust_remote_code)
         if cfg.tensor_parallel_size == 1:
             tp_group = one_rank_group()  # no communication: whoever owns the default world
@@ -123,10 +120,7 @@ class MegatronTrainingSide(_FrozenSide):
         )
 
     def readback(self) -> Mapping[str, ReadbackValue]:
-        live = self.live()
-        return _readback_values(
-            {**live.readings(), **knob_readback(self.handlers, self.side, live)}
-        )
+        return self._readback(self.live())
 
     def reset_state(self) -> None:
         """Forget the last call (its forwards and requests): a reused engine's readback is

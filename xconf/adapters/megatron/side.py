@@ -1,17 +1,11 @@
-"""The Megatron training side, declared once: what a runtime pairing it with a rollout side
-needs of it (the members of a side spec, ``runtime/side.SideSpec`` on the branch that
-introduces it).
+"""The Megatron training side (``training: megatron``), declared once as a
+:class:`~xconf.runtime.side.SideSpec`: its settings (``settings.MegatronSettings``), its
+handlers (``handlers.py``), its build (the engine, ``engine.MegatronTrainingSide``, on the
+side's ranks ``0 .. tp - 1`` of the launched world; the other ranks receive rank 0's score
+and readback), its readings and its distributed context (as many ranks as its TP size).
 
-* ``SETTINGS`` (``settings.MegatronSettings``): the one record each knob's materialized
-  value lands in, each default what the side builds without the knob;
-* ``HANDLERS`` (``handlers.py``): how each knob it honours is built and read back;
-* :func:`build`: the engine (``engine.MegatronTrainingSide``) on the side's ranks
-  ``0 .. tp - 1`` of the launched world (the other ranks receive rank 0's score and readback),
-  with ``score``, ``readback``, ``reset_state`` and ``close``;
-* :func:`readings`: what its live state reports beside the knobs;
-* :func:`context`: the distributed context it runs in for a case's knobs;
-* :func:`view`: what its handlers read of the checkpoint (Megatron's own TP rule; an
-  unmappable checkpoint is a coded error naming the config field, before anything is built).
+It scores the checkpoint the pairing shares (``adapters/checkpoint/shared.CheckpointModel``);
+its handlers read Megatron's own TP rule from that checkpoint (``handlers.megatron_rule``).
 """
 
 from __future__ import annotations
@@ -19,30 +13,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from xconf.adapters.checkpoint.shared import CheckpointModel
 from xconf.adapters.megatron.handlers import HANDLERS
 from xconf.adapters.megatron.model import MegatronConfig
 from xconf.adapters.megatron.settings import MegatronSettings
 from xconf.knobs import KnobValue, side_worlds
-from xconf.runtime.protocol import Engine, RuntimeView
+from xconf.operators.catalog import Side
+from xconf.runtime.protocol import Engine
+from xconf.runtime.ranks import process_group_context
+from xconf.runtime.side import DistributedContext, SideBuild, SideSpec
+from xconf.runtime.wrappers import OnSideRanks
 
 if TYPE_CHECKING:
     from xconf.adapters.megatron.state import MegatronState
 
-NAME = "megatron"
-SETTINGS = MegatronSettings
-SCORER = "megatron-teacher-forced/1"
+VERSION = "1"
 DISTRIBUTIONS = ("megatron-core", "transformers")
-__all__ = ["HANDLERS", "SETTINGS", "build", "context", "readings", "view"]
 
 
-def view(model_path: str, device: str = "cpu", trust_remote_code: bool = False) -> RuntimeView:
-    """The side's view of the checkpoint for its handlers (its TP rule is Megatron's)."""
-    from xconf.adapters.megatron.arch import megatron_arch
-
-    return RuntimeView(NAME, device, megatron_arch(model_path, trust_remote_code))
-
-
-def build(
+def engine_for(
     settings: MegatronSettings,
     *,
     model_path: str,
@@ -51,23 +40,33 @@ def build(
 ) -> Engine:
     """The engine for bound settings, on launched ranks ``0 .. tensor_parallel_size - 1``."""
     from xconf.adapters.megatron.engine import MegatronTrainingSide
-    from xconf.adapters.vllm_transformers.engines import OnSideRanks
 
     cfg = MegatronConfig.from_settings(
         settings, model_path=model_path, device=device, trust_remote_code=trust_remote_code
     )
-    return OnSideRanks.on(cfg.tensor_parallel_size, lambda group: MegatronTrainingSide(cfg, group))
+    return OnSideRanks.on(
+        cfg.tensor_parallel_size,
+        lambda group: MegatronTrainingSide(cfg, TRAINING.readback, group),
+    )
 
 
-def readings(live: MegatronState) -> Mapping[str, Any]:
+def _build(settings: MegatronSettings, build: SideBuild[CheckpointModel]) -> Engine:
+    shared = build.shared
+    return engine_for(
+        settings,
+        model_path=shared.record.path,
+        device=shared.device,
+        trust_remote_code=shared.trust_remote_code,
+    )
+
+
+def _readings(live: MegatronState) -> Mapping[str, Any]:
     return live.readings()
 
 
-def context(knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
+def _context(knobs: Mapping[str, KnobValue]) -> DistributedContext:
     """The training group: as many ranks as the training knobs ask (its TP size), whatever
     the rollout side launched."""
-    from xconf.adapters.vllm_transformers.placement import process_group_context
-
     pg = dict(process_group_context())
     return (
         ("backend", pg["backend"]),
@@ -75,3 +74,18 @@ def context(knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
         ("world_size", side_worlds(knobs).training),
         ("launcher_world_size", pg["world_size"]),
     )
+
+
+TRAINING: SideSpec[MegatronSettings, CheckpointModel] = SideSpec(
+    name="megatron",
+    side="training",
+    settings=MegatronSettings,
+    handlers=HANDLERS,
+    build=_build,
+    readings=_readings,
+    context=_context,
+    scorer=lambda identity: f"megatron-teacher-forced/{VERSION}",
+    shared=CheckpointModel,
+    distributions=DISTRIBUTIONS,
+)
+SIDES: Mapping[Side, SideSpec[Any, CheckpointModel]] = {"training": TRAINING}
