@@ -99,13 +99,14 @@ class PlantedRuntime(_Planted, CheckpointRuntime):
 PAIRS: dict[str, dict[str, Any]] = {
     "hf_pair": {"rollout": "hf", "training": "hf", "kind": "hf-pair"},
     "vllm_hf": {"rollout": "vllm", "training": "hf"},
+    "vllm_megatron": {"rollout": "vllm", "training": "megatron"},
 }
 
 
 def runtime(
     kind: str, plant: dict[str, Any] | None, layers: int = LAYERS, arch: str = "qwen3"
 ) -> Any:
-    pair = PAIRS["hf_pair" if kind == "hf_pair" else "vllm_hf"]
+    pair = PAIRS[kind if kind in PAIRS else "vllm_hf"]
     adapter = PlantedRuntime(**pair, model={"num_hidden_layers": layers, "arch": arch})
     adapter.plant = copy.deepcopy(plant)
     return adapter

@@ -1,10 +1,11 @@
 """Forward hooks that capture every tap of one side during one scoring pass.
 
 One pass scores the frozen samples one request at a time, so each forward call belongs to
-exactly one sample. transformers runs one forward per sample (``[1, T, H]``); vLLM runs a
-prefill forward and then one decode forward per forced token, so its rows are grouped by
-the positions the engine fed (a new sample's positions start again from 0) and checked
-against the frozen lengths. Only positions ``0 .. T-2`` are kept: those both sides compute
+exactly one sample. transformers runs one forward per sample (``[1, T, H]``; Megatron too,
+sequence-first ``[T, 1, H]``, transposed as it is captured); vLLM runs a prefill forward and
+then one decode forward per forced token, so its rows are grouped by the positions the
+engine fed (a new sample's positions start again from 0) and checked against the frozen
+lengths. Only positions ``0 .. T-2`` are kept: those both sides compute
 in every scoring mode (decode never feeds the last frozen token).
 """
 
@@ -64,8 +65,12 @@ class Recorder:
         self._handles: list[Any] = []
 
     def _hook(self, key: str, name: SideName) -> Callable[..., None]:
+        seq_first = self.flavour == "megatron"
+
         def hook(module: Any, args: Any, output: Any) -> None:
             value = _read(output, name.read).detach()
+            if seq_first and value.dim() == 3:
+                value = value.transpose(0, 1)
             self.outputs[key].append(value.to("cpu", copy=True))
 
         return hook
@@ -97,7 +102,9 @@ class Recorder:
     # -- assembling ----------------------------------------------------------------------
     def rows(self, lengths: Sequence[int]) -> Rows:
         """Per tap, one float32 ``[T-1, width]`` tensor per sample (``lengths`` are the T)."""
-        groups = self._hf_groups(lengths) if self.flavour == "hf" else self._vllm_groups(lengths)
+        groups = (
+            self._vllm_groups(lengths) if self.flavour == "vllm" else self._forward_groups(lengths)
+        )
         out: Rows = {}
         for key, name in self.names.items():
             if name.read == "logits":
@@ -153,15 +160,17 @@ class Recorder:
             )
         return count
 
-    def _hf_groups(self, lengths: Sequence[int]) -> list[list[int]]:
+    def _forward_groups(self, lengths: Sequence[int]) -> list[list[int]]:
+        """One forward per sample (transformers, Megatron): its width is the sample's length."""
         count = self._count()
         first = self.taps[0].key
         widths = [int(self.outputs[first][f].shape[-2]) for f in range(count)]
         if widths != list(lengths):
             raise LocalizeError(
                 "localize.capture_mismatch",
-                f"hf forwards saw lengths {widths}, the frozen samples are {list(lengths)}",
-                "localize.hf",
+                f"{self.flavour} forwards saw lengths {widths}, the frozen samples are "
+                f"{list(lengths)}",
+                f"localize.{self.flavour}",
             )
         return [[f] for f in range(count)]
 

@@ -16,8 +16,9 @@ forward output carries it and how to read that output:
 - ``scaled_embedding``: the output times sqrt(its width), in its own dtype (Gemma2's
   embedding scale, which vLLM applies after the embedding module).
 
-Sides are ``hf`` (a transformers ``*ForCausalLM``) and ``vllm`` (the model inside an
-in-process vLLM engine).
+Sides are ``hf`` (a transformers ``*ForCausalLM``), ``vllm`` (the model inside an
+in-process vLLM engine) and ``megatron`` (a Megatron-core ``GPTModel`` at TP 1, whose
+activations are sequence-first ``[s, b, h]``: the recorder transposes them).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from xconf.localize.errors import LocalizeError
 
-Flavour = Literal["hf", "vllm"]
+Flavour = Literal["hf", "vllm", "megatron"]
 Read = Literal["tensor", "first", "sum_pair", "logits", "model_logits", "scaled_embedding"]
 KINDS = ("embedding", "attention", "mlp", "residual", "final_norm", "logits")
 _LABEL = {
@@ -73,7 +74,15 @@ class NameMap:
     sides: tuple[tuple[Flavour, tuple[tuple[str, SideName], ...]], ...]
 
     def side(self, flavour: Flavour) -> dict[str, SideName]:
-        return dict(dict(self.sides)[flavour])
+        sides = dict(self.sides)
+        if flavour not in sides:
+            raise LocalizeError(
+                "localize.no_name_map",
+                f"no {flavour} tap names for {self.architecture} "
+                f"(it has: {', '.join(sorted(sides))})",
+                f"localize.names.{flavour}",
+            )
+        return dict(sides[flavour])
 
     def module(self, flavour: Flavour, tap: Tap) -> SideName:
         name = self.side(flavour)[tap.kind]
@@ -112,6 +121,17 @@ _DECODER_VLLM: tuple[tuple[str, SideName], ...] = (
     ("final_norm", SideName("model.norm", "first")),
     ("logits", SideName("model.norm", "logits")),
 )
+# Megatron-core's GPTModel (local spec): its attention and MLP return ``(output, bias)``, its
+# layers ``(hidden_states, context)``, its output layer ``(logits, bias)``; the embedding is
+# the word embedding (RoPE adds no position embedding), the final norm the decoder's.
+_DECODER_MEGATRON: tuple[tuple[str, SideName], ...] = (
+    ("embedding", SideName("embedding", "tensor")),
+    ("attention", SideName("decoder.layers.{i}.self_attention", "first")),
+    ("mlp", SideName("decoder.layers.{i}.mlp", "first")),
+    ("residual", SideName("decoder.layers.{i}", "first")),
+    ("final_norm", SideName("decoder.final_layernorm", "tensor")),
+    ("logits", SideName("output_layer", "first")),
+)
 # GPT-2: token embeddings ``wte`` (the learned positions ``wpe`` are added after the tap on
 # both sides), blocks ``transformer.h.i`` that return the residual stream itself (vLLM adds
 # no fused residual pair), LayerNorm ``ln_f``.
@@ -141,14 +161,20 @@ _GEMMA2_VLLM = tuple(
 _Sides = tuple[tuple[Flavour, tuple[tuple[str, SideName], ...]], ...]
 _LAYOUTS: dict[str, _Sides] = {
     "decoder": (("hf", _DECODER_HF), ("vllm", _DECODER_VLLM)),
+    # the decoders Megatron's side maps (adapters/megatron/arch.FAMILIES)
+    "megatron_decoder": (
+        ("hf", _DECODER_HF),
+        ("vllm", _DECODER_VLLM),
+        ("megatron", _DECODER_MEGATRON),
+    ),
     "gemma2": (("hf", _DECODER_HF), ("vllm", _GEMMA2_VLLM)),
     "gpt2": (("hf", _GPT2_HF), ("vllm", _GPT2_VLLM)),
 }
 ARCHITECTURES: dict[str, str] = {
-    "LlamaForCausalLM": "decoder",
-    "MistralForCausalLM": "decoder",
-    "Qwen2ForCausalLM": "decoder",
-    "Qwen3ForCausalLM": "decoder",
+    "LlamaForCausalLM": "megatron_decoder",
+    "MistralForCausalLM": "megatron_decoder",
+    "Qwen2ForCausalLM": "megatron_decoder",
+    "Qwen3ForCausalLM": "megatron_decoder",
     "Phi3ForCausalLM": "decoder",  # vLLM builds Phi-3 as a Llama (fused qkv_proj inside)
     "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",

@@ -3,7 +3,8 @@
 The engines are built by the adapter exactly as a run builds them; this module only
 unwraps them: transformers sides expose their model, the vLLM side its in-process model
 (``LLM.apply_model`` runs in this process when the engine core is in-process and TP is 1;
-with worker processes the module lives elsewhere and cannot be hooked from here).
+with worker processes the module lives elsewhere and cannot be hooked from here), the
+Megatron side its ``GPTModel`` at TP 1 (at TP > 1 each rank holds a shard of every layer).
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, TRAINING_SHARDING
+from xconf.knobs import (
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_SHARDING,
+    TRAINING_TENSOR_PARALLEL_SIZE,
+)
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour
 
@@ -38,6 +43,7 @@ def side_module(engine: Any, side: str) -> SideModule:
     import torch
 
     from xconf.adapters.hf.side_engine import HfScorerSide
+    from xconf.adapters.megatron.engine import MegatronTrainingSide
     from xconf.adapters.vllm.side_engine import VllmRolloutSide
     from xconf.runtime.wrappers import OnSideRanks
 
@@ -82,6 +88,16 @@ def side_module(engine: Any, side: str) -> SideModule:
                 TRAINING_SHARDING.path,
             )
         return SideModule("hf", scorer.model, _nothing)
+    if isinstance(inner, MegatronTrainingSide):
+        tp = inner.cfg.tensor_parallel_size
+        if tp != 1:
+            raise LocalizeError(
+                "localize.unsupported_topology",
+                f"the {side} Megatron model is split over TP={tp} ranks; localize hooks one "
+                "whole module (TP 1)",
+                TRAINING_TENSOR_PARALLEL_SIZE.path,
+            )
+        return SideModule("megatron", inner.model, _nothing)
     raise LocalizeError(
         "localize.unsupported_engine",
         f"the {side} engine {type(inner).__name__} has no module localize can hook",
