@@ -78,6 +78,12 @@ class SidePair(Generic[M]):
             tuple((side, self._specs[side].scorer(identity)) for side in SIDES),
         )
 
+    def check(self, shared: M) -> None:
+        """Each side's refusals of the shared model (``SideSpec.check``), before any write."""
+        for spec in self._specs.values():
+            if spec.check is not None:
+                spec.check(shared)
+
     def build(self, binding: SideBinding, case: ExecutionCase, shared: M) -> Engine:
         """The side's engine, built from its typed settings (the bound knobs' materialized
         values, the settings' defaults for the rest)."""

@@ -88,7 +88,10 @@ class SideSpec(Generic[S, M]):
     score); two sides pair only when they need the same. ``max_cached``: engines of this
     side the engine cache keeps (1 where two cannot coexist in one process).
     ``distributions``: the installed distributions whose versions an attempt's validity
-    depends on (the runtime's ``environment()`` records them).
+    depends on (the runtime's ``environment()`` records them). ``check(shared)``: what the
+    side refuses of the shared model before a run writes anything (a checkpoint it cannot
+    build raises a coded error naming the field); None: nothing beyond what the runtime
+    checks.
     """
 
     name: str
@@ -102,6 +105,7 @@ class SideSpec(Generic[S, M]):
     shared: type[M]
     max_cached: int = 4
     distributions: tuple[str, ...] = ()
+    check: Callable[[M], None] | None = None
 
     def readback(self, live: Any) -> dict[str, ReadbackValue]:
         """What an engine of this side reports from its live state: its readings, and each

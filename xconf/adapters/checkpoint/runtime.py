@@ -127,7 +127,8 @@ class CheckpointRuntime:
         return self._record
 
     def check_inputs(self, identity: Identity) -> None:
-        """Everything checkable before a run writes anything: recipe keys, dataset rows."""
+        """Everything checkable before a run writes anything: recipe keys, dataset rows,
+        and what each side refuses of the checkpoint (``SideSpec.check``)."""
         from xconf.adapters.checkpoint.identity import check_recipe
 
         record = check_recipe(
@@ -146,6 +147,7 @@ class CheckpointRuntime:
                 raise ModelFactoryError(
                     "model.unsupported_head_size", reason, f"{facts.config_path}:head_dim"
                 )
+        self.sides.check(self._shared(record))
 
     # -- materialization (pure) ---------------------------------------------------------------
     def view(self) -> RuntimeView:
@@ -161,8 +163,11 @@ class CheckpointRuntime:
     # -- engines ----------------------------------------------------------------------------
     def shared(self) -> CheckpointModel:
         """What each side's build receives: the frozen checkpoint and the engine options."""
+        return self._shared(self.record)
+
+    def _shared(self, record: ModelRecord) -> CheckpointModel:
         return CheckpointModel(
-            self.record,
+            record,
             self.device,
             self.model_options.trust_remote_code,
             EngineOptions(**self.engine_options),

@@ -60,6 +60,14 @@ def _build(settings: MegatronSettings, build: SideBuild[CheckpointModel]) -> Eng
     )
 
 
+def _check(shared: CheckpointModel) -> None:
+    """A checkpoint Megatron cannot build is refused before the run writes anything (coded
+    ``model.megatron_unmappable`` naming ``config.json:FIELD``, exit 2)."""
+    from xconf.adapters.megatron.arch import megatron_arch
+
+    megatron_arch(shared.record.path, shared.trust_remote_code)
+
+
 def _readings(live: MegatronState) -> Mapping[str, Any]:
     return live.readings()
 
@@ -87,5 +95,6 @@ TRAINING: SideSpec[MegatronSettings, CheckpointModel] = SideSpec(
     scorer=lambda identity: f"megatron-teacher-forced/{VERSION}",
     shared=CheckpointModel,
     distributions=DISTRIBUTIONS,
+    check=_check,
 )
 SIDES: Mapping[Side, SideSpec[Any, CheckpointModel]] = {"training": TRAINING}
