@@ -22,6 +22,9 @@ from xconf.launchers.topology import required_world_size
         ({"training": {"sharding": "FSDP2"}}, 2),
         ({"training": {"sharding": "none"}}, 1),
         ({"rollout": {"tensor_parallel_size": 4}, "training": {"sharding": "fsdp"}}, 4),
+        # Megatron's training TP launches its ranks too (it once got a world of 1).
+        ({"training": {"tensor_parallel_size": 2}}, 2),
+        ({"rollout": {"tensor_parallel_size": 2}, "training": {"tensor_parallel_size": 3}}, 3),
     ],
 )
 def test_world_size_from_knobs(cfg: dict, world: int) -> None:
@@ -52,6 +55,11 @@ def test_interpolated_knob_counts() -> None:
             {"rollout": {"context_parallel_size": True}},
             "launch.topology.bad_parallel_size",
             "rollout.context_parallel_size",
+        ),
+        (
+            {"training": {"tensor_parallel_size": 0}},
+            "launch.topology.bad_parallel_size",
+            "training.tensor_parallel_size",
         ),
         ({"training": {"sharding": 3}}, "launch.topology.bad_sharding", "training.sharding"),
         # An unknown mode was silently a world of 1; now it names the path.

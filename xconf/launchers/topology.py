@@ -19,6 +19,7 @@ from xconf.knobs import (
     ROLLOUT_CONTEXT_PARALLEL_SIZE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
     TRAINING_SHARDING,
+    TRAINING_TENSOR_PARALLEL_SIZE,
     KnobValueError,
     SideWorlds,
     side_worlds,
@@ -98,8 +99,12 @@ def required_world_size(cfg: DictConfig | Mapping[str, Any]) -> int:
             f"expected a string, got {sharding!r}",
             TRAINING_SHARDING.path,
         )
+    # The training side's world is its sharding's times its tensor-parallel size (Megatron).
+    training_tp = _positive_int(data, TRAINING_TENSOR_PARALLEL_SIZE.path)
     try:
-        worlds = side_worlds({TRAINING_SHARDING.path: sharding})
+        worlds = side_worlds(
+            {TRAINING_SHARDING.path: sharding, TRAINING_TENSOR_PARALLEL_SIZE.path: training_tp}
+        )
     except KnobValueError as exc:
         raise TopologyError(
             "launch.topology.bad_sharding", str(exc), TRAINING_SHARDING.path
