@@ -5,8 +5,8 @@ exactly one sample. transformers runs one forward per sample (``[1, T, H]``; Meg
 sequence-first ``[T, 1, H]``, transposed as it is captured); vLLM runs a prefill forward and
 then one decode forward per forced token, so its rows are grouped by the positions the
 engine fed (a new sample's positions start again from 0) and checked against the frozen
-lengths. Only positions ``0 .. T-2`` are kept: those both sides compute
-in every scoring mode (decode never feeds the last frozen token).
+lengths. Only positions ``0 .. T-2`` are kept: those both sides compute in every scoring
+mode (decode never feeds the last frozen token).
 """
 
 from __future__ import annotations
