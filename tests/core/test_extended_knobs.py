@@ -23,6 +23,15 @@ NEW_KNOBS = {
     "training.param_dtype": "engine_construction",
     "training.reduce_dtype": "engine_construction",
     "training.remove_padding": "engine_construction",
+    "training.scoring_mode": "engine_construction",
+    "rollout.scoring_mode": "engine_construction",
+    "training.align.rms_norm": "engine_construction",
+    "training.align.linear": "engine_construction",
+    "training.align.rotary": "engine_construction",
+    "training.align.attention": "engine_construction",
+    "training.align.activation": "engine_construction",
+    "training.align.logits": "engine_construction",
+    "training.align.all": "engine_construction",
 }
 
 

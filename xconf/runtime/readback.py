@@ -76,6 +76,14 @@ TRAINING_STATE_DIGEST = ReadbackName(
     "training.state_digest", "digest of the parameters and buffers after scoring"
 )
 TRAINING_REQUEST_SIZES = ReadbackName("training.request_sizes", "samples per forward, per request")
+TRAINING_ARM_MODULES = ReadbackName(
+    "training.arm_modules",
+    "per arm kind, the modules whose live forward computes as vLLM, of those the model has",
+)
+TRAINING_FORWARD_TOKENS = ReadbackName(
+    "training.forward_tokens",
+    "tokens each forward of the last scoring call computed, per request (a GEMM's M)",
+)
 
 READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
     {
@@ -107,6 +115,8 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             TRAINING_VOCAB_LAYOUT,
             TRAINING_STATE_DIGEST,
             TRAINING_REQUEST_SIZES,
+            TRAINING_ARM_MODULES,
+            TRAINING_FORWARD_TOKENS,
         )
     }
 )

@@ -49,6 +49,9 @@ class RolloutSettings:
     engine's default)."""
     batch_invariant: bool | None = False
     """``rollout.batch_invariant``: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)."""
+    scoring_mode: str | None = None
+    """``rollout.scoring_mode``: ``decode`` (forced decoding) or ``prefill`` (prompt logprobs
+    in one pass); None: the identity's ``scoring_mode``."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,32 @@ class TrainingSettings:
     remove_padding: bool | None = False
     """``training.remove_padding``: score each request as one packed row (per-sample
     positions, no padding) instead of a right-padded batch."""
+    scoring_mode: str | None = "full"
+    """``training.scoring_mode``: ``full`` (one teacher-forced forward per request) or
+    ``decode`` (token by token over a KV cache, in the rollout engine's step shapes)."""
+    align_rms_norm: str | None = "off"
+    """``training.align.rms_norm``: ``vllm``: RMS norms and fused residual adds as vLLM's."""
+    align_linear: str | None = "off"
+    """``training.align.linear``: ``vllm``: linear layers through vLLM's GEMM and fused
+    weights."""
+    align_rotary: str | None = "off"
+    """``training.align.rotary``: ``vllm``: vLLM's rotary embedding (its cos/sin cache)."""
+    align_attention: str | None = "off"
+    """``training.align.attention``: ``vllm``: vLLM's CPU attention over a paged KV cache."""
+    align_activation: str | None = "off"
+    """``training.align.activation``: ``vllm``: vLLM's SiluAndMul."""
+    align_logits: str | None = "off"
+    """``training.align.logits``: ``vllm``: vLLM's logits processor and raw logprobs."""
+    align_all: str | None = "off"
+    """``training.align.all``: ``vllm``: every kind above (the full arm)."""
 
 
 Settings: TypeAlias = RolloutSettings | TrainingSettings
 
 
 def setting_name(spec: KnobSpec) -> str:
-    """The settings field of a knob: its path without the side (``logp.backend`` keeps its
-    namespace: ``logp_backend``)."""
+    """The settings field of a knob: its path without the side, dots as underscores
+    (``training.align.rms_norm`` -> ``align_rms_norm``; ``logp.backend`` keeps its namespace:
+    ``logp_backend``)."""
     head, _, rest = spec.path.partition(".")
-    return rest if head in ("rollout", "training") else spec.path.replace(".", "_")
+    return (rest if head in ("rollout", "training") else spec.path).replace(".", "_")

@@ -8,9 +8,12 @@ from typing import Any
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
 from xconf.canonical import canonical_digest
 from xconf.knobs import (
+    ALIGN_KINDS,
+    ALIGN_PREFIX,
     DTYPES,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
+    TRAINING_SCORING_MODE,
     TRAINING_SHARDING,
     KnobValueError,
     canonical,
@@ -50,6 +53,11 @@ class TrainingScorerConfig:
     # Score each request as one packed row (per-sample positions, no padding, no mask).
     remove_padding: bool = False
     trust_remote_code: bool = False
+    # The replacement arms installed (``knobs.ALIGN_KINDS``, docs/arms.md) and the scoring
+    # shape: ``full`` (one teacher-forced forward per request) or ``decode`` (the rollout
+    # engine's steps over a KV cache).
+    align: tuple[str, ...] = ()
+    scoring_mode: str = "full"
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -71,6 +79,7 @@ class TrainingScorerConfig:
                 TRAINING_COMPUTE_DTYPE.path,
             )
         sharding = normalize_sharding(self.sharding)
+        self._validate_shaping(sharding)
         for name in ("param_dtype", "reduce_dtype"):
             value = getattr(self, name)
             if value != "none" and value not in DTYPES:
@@ -83,6 +92,26 @@ class TrainingScorerConfig:
                     f"{name}={value} is an FSDP2 MixedPrecisionPolicy; the model is unsharded",
                     f"training.{name}",
                 )
+
+    def _validate_shaping(self, sharding: str) -> None:
+        unknown = sorted(set(self.align) - set(ALIGN_KINDS))
+        if unknown:
+            raise UnsupportedKnobError(
+                "unsupported_value", f"no arm kind {unknown} (kinds: {ALIGN_KINDS})", ALIGN_PREFIX
+            )
+        if self.scoring_mode not in TRAINING_SCORING_MODE.choices.values():  # type: ignore[union-attr]
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"scoring mode {self.scoring_mode!r}",
+                TRAINING_SCORING_MODE.path,
+            )
+        if sharding == "fsdp" and (self.align or self.scoring_mode != "full"):
+            raise UnsupportedKnobError(
+                "arm.unsupported",
+                "the arms and the decode mode replace forwards of an unsharded model; FSDP2 "
+                "wraps them",
+                TRAINING_SHARDING.path,
+            )
 
     def fingerprint(self) -> str:
         return canonical_digest(asdict(self))

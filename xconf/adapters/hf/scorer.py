@@ -15,6 +15,7 @@ from typing import Any
 
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
+from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
 from xconf.adapters.hf.model import (
     ModelState,
     TrainingScorerConfig,
@@ -32,8 +33,14 @@ from xconf.adapters.hf.readonly import (
     restore_modes,
     state_digest,
 )
+from xconf.adapters.hf.shaped import Shaping
 from xconf.knobs import LOGP_BACKEND
-from xconf.runtime.readback import TRAINING_REQUEST_SIZES, TRAINING_STATE_DIGEST
+from xconf.runtime.readback import (
+    TRAINING_ARM_MODULES,
+    TRAINING_FORWARD_TOKENS,
+    TRAINING_REQUEST_SIZES,
+    TRAINING_STATE_DIGEST,
+)
 
 SelectedLogprobOp = Callable[[Any, Any, Any], Any]
 
@@ -70,7 +77,8 @@ class TrainingScore:
     digest_after: StateDigest
     mode_restored: bool
     request_sizes: tuple[int, ...]
-    layouts: tuple[str, ...] = ()  # "padded" or "packed", per forward
+    layouts: tuple[str, ...] = ()  # "padded" or "packed", per request
+    forward_tokens: tuple[tuple[int, ...], ...] = ()  # per request: tokens of each forward
 
 
 def _padded(samples: list[Any], pad_token_id: int) -> tuple[Any, Any, Any, Any, Any]:
@@ -116,10 +124,15 @@ def teacher_forced_scores(
     batch_size: int,
     op: SelectedLogprobOp | None = None,
     remove_padding: bool = False,
+    shaping: Shaping | None = None,
 ) -> TrainingScore:
-    """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched."""
+    """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched.
+
+    ``shaping``: the model carries the forwards of arms or of the decode mode, which
+    ``shaped.Shaping`` drives (None: one plain teacher-forced forward per request)."""
     import torch
 
+    native = op is None
     op = op or native_selected_logprob
     device = next(model.parameters()).device
     before = state_digest(model)
@@ -127,11 +140,27 @@ def teacher_forced_scores(
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     sizes: list[int] = []
     layouts: list[str] = []
+    tokens: list[tuple[int, ...]] = []
     try:
         model.eval()
         with torch.no_grad():
             for chunk in batch.chunks(batch_size):
                 samples = [batch.samples[i] for i in chunk]
+                sizes.append(len(samples))
+                layouts.append("packed" if remove_padding else "padded")
+                if shaping is not None:
+                    scored = shaping.chunk(
+                        model,
+                        samples,
+                        batch.pad_token_id,
+                        lambda logits, targets, active: _selected(op, logits, targets, active),
+                        native,
+                        remove_padding,
+                    )
+                    for i, values in zip(chunk, scored.values, strict=True):
+                        per_sample[i] = values
+                    tokens.append(scored.forward_tokens)
+                    continue
                 if remove_padding:
                     ids, attn, pos, rows, cols = _packed(samples)
                 else:
@@ -144,8 +173,7 @@ def teacher_forced_scores(
                     [torch.full((s.length - 1,), len(s.prompt_ids) - 1) for s in samples]
                 )
                 active = offsets >= prompt
-                sizes.append(len(samples))
-                layouts.append("packed" if remove_padding else "padded")
+                tokens.append((int(ids.numel()),))
                 out = model(
                     input_ids=ids.to(device),
                     attention_mask=None if attn is None else attn.to(device),
@@ -173,6 +201,7 @@ def teacher_forced_scores(
         mode_restored=mode_snapshot(model) == modes,
         request_sizes=tuple(sizes),
         layouts=tuple(layouts),
+        forward_tokens=tuple(tokens),
     )
 
 
@@ -185,6 +214,10 @@ class ScorerState:
     request_sizes: tuple[int, ...]  # samples per forward, per request of the last call
     requested_batch_size: int | None  # the batch size the last call asked for
     layouts: tuple[str, ...]  # per request: ``packed`` (one row) or ``padded`` (a batch)
+    arms: tuple[ArmCount, ...] = ()  # per kind: modules computing as vLLM, of the model's
+    scoring_modes: tuple[str, ...] = ()  # per request of the last call: ``full`` or ``decode``
+    decode_ready: bool = False  # every attention module runs the decode mode's forward
+    forward_tokens: tuple[tuple[int, ...], ...] = ()
 
     def readings(self) -> dict[str, Any]:
         """What the scorer reports beside its knobs (``runtime/readback`` names)."""
@@ -192,7 +225,26 @@ class ScorerState:
             **self.model.readings,
             TRAINING_STATE_DIGEST.name: self.state_digest,
             TRAINING_REQUEST_SIZES.name: list(self.request_sizes),
+            TRAINING_ARM_MODULES.name: ", ".join(a.text() for a in self.arms),
+            TRAINING_FORWARD_TOKENS.name: _tokens_text(self.forward_tokens),
         }
+
+
+def _tokens_text(per_request: tuple[tuple[int, ...], ...]) -> str:
+    """``582+95x4; 588+95x4`` (a request's forwards; a run of equal ones as ``count x n``)."""
+
+    def runs(tokens: tuple[int, ...]) -> str:
+        parts: list[str] = []
+        i = 0
+        while i < len(tokens):
+            j = i
+            while j < len(tokens) and tokens[j] == tokens[i]:
+                j += 1
+            parts.append(str(tokens[i]) if j - i == 1 else f"{j - i}x{tokens[i]}")
+            i = j
+        return "+".join(parts)
+
+    return "; ".join(runs(t) for t in per_request)
 
 
 class HFTrainingScorer:
@@ -207,18 +259,37 @@ class HFTrainingScorer:
         self.last_request_size: int | None = None
         self.request_sizes: list[int] = []
         self.layouts: list[str] = []
+        self.scoring_modes: list[str] = []
+        self.forward_tokens: list[tuple[int, ...]] = []
         if self.sharding == "fsdp":
             policy = mixed_precision(cfg.param_dtype, cfg.reduce_dtype)
             self.distributed = apply_fsdp2(self.model, cfg.device, group, policy)
+        decode = cfg.scoring_mode == "decode"
+        self.shaping: Shaping | None = None
+        if cfg.align or decode:
+            from xconf.adapters.hf.align.apply import install
+
+            install(self.model, cfg.align, decode, cfg.device)
+            self.shaping = Shaping(frozenset(cfg.align), decode)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
     ) -> TrainingScore:
-        score = teacher_forced_scores(self.model, batch, batch_size, op, self.cfg.remove_padding)
+        score = teacher_forced_scores(
+            self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping
+        )
         self.last_request_size = batch_size
         self.request_sizes = list(score.request_sizes)
         self.layouts = list(score.layouts)
+        mode = "decode" if self.shaping is not None and self.shaping.decode else "full"
+        self.scoring_modes = [mode] * len(score.request_sizes)
+        self.forward_tokens = list(score.forward_tokens)
         return score
+
+    @property
+    def uses_kv_cache(self) -> bool:
+        """The decode mode attends over each sample's KV cache; a full forward has none."""
+        return self.shaping is not None and self.shaping.decode
 
     def live(self) -> ScorerState:
         """The scorer's live state: its model as it is now and the forwards it ran."""
@@ -228,4 +299,8 @@ class HFTrainingScorer:
             tuple(self.request_sizes),
             self.last_request_size,
             tuple(self.layouts),
+            arm_counts(self.model),
+            tuple(self.scoring_modes),
+            decode_ready(self.model),
+            tuple(self.forward_tokens),
         )

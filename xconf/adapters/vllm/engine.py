@@ -267,6 +267,7 @@ class VllmRolloutEngine:
         self._closed = False
         _LIVE.add(self)
         self.last_batch_size: int | None = None  # the chunking of the last score call
+        self.last_scoring_mode: str | None = None  # decode or prefill, of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
         # Prompt tokens the scored pass took from the prefix cache (None: not scored yet).
         self.prefix_cache_hits: int | None = None
@@ -303,13 +304,17 @@ class VllmRolloutEngine:
             raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
         config = self.llm.llm_engine.vllm_config
         served = (self.prefix_cache_hits, tuple(self.request_sizes), self.last_batch_size)
-        reused = self.tokenizer_reused
+        reused, mode = self.tokenizer_reused, self.last_scoring_mode
         try:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
             failed = f"{type(exc).__name__}: {exc}"
-            return VllmState(config, *served, None, failed, tokenizer_reused=reused)
-        return VllmState(config, *served, tuple(workers), tokenizer_reused=reused)
+            return VllmState(
+                config, *served, None, failed, tokenizer_reused=reused, scoring_mode=mode
+            )
+        return VllmState(
+            config, *served, tuple(workers), tokenizer_reused=reused, scoring_mode=mode
+        )
 
     def close(self) -> None:
         """Shut the engine down and release the distributed state it created."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xconf.adapters.errors import AdapterError
+from xconf.adapters.hf.align.handlers import arm_kinds, training_scorer
 from xconf.adapters.models import ModelRecord
 from xconf.adapters.vllm_transformers.delegating import Delegating
 from xconf.adapters.vllm_transformers.handlers import HANDLERS
@@ -25,7 +26,12 @@ from xconf.adapters.vllm_transformers.placement import (
     rollout_executor,
 )
 from xconf.experiment import Identity
-from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue, side_worlds
+from xconf.knobs import (
+    ROLLOUT_SCORING_MODE,
+    ROLLOUT_TENSOR_PARALLEL_SIZE,
+    KnobValue,
+    side_worlds,
+)
 from xconf.runtime.materialization import default_bind, settings_for
 from xconf.runtime.protocol import Engine, Handlers, RuntimeBinding, RuntimeView, SideBinding
 from xconf.runtime.settings import RolloutSettings, TrainingSettings
@@ -142,7 +148,7 @@ class VllmHfRuntime:
             self.handlers,
             case,
             {"rollout": self._rollout_context(knobs), "training": self._training_context(knobs)},
-            self._scorers(identity),
+            self._scorers(identity, knobs),
         )
 
     def _rollout_context(self, knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, Any], ...]:
@@ -173,10 +179,15 @@ class VllmHfRuntime:
             ("launcher_world_size", pg["world_size"]),
         )
 
-    def _scorers(self, identity: Identity) -> tuple[tuple[str, str], ...]:
+    def _scorers(
+        self, identity: Identity, knobs: Mapping[str, KnobValue]
+    ) -> tuple[tuple[str, str], ...]:
+        """Each side's scorer for this case: the rollout's mode is the case's
+        ``rollout.scoring_mode`` where declared, else the identity's."""
+        rollout = knobs.get(ROLLOUT_SCORING_MODE.path, identity.scoring_mode)
         return (
-            ("rollout", f"vllm-{identity.scoring_mode}/{ADAPTER_VERSION}"),
-            ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
+            ("rollout", f"vllm-{rollout}/{ADAPTER_VERSION}"),
+            ("training", f"transformers-{training_scorer(knobs)}/{ADAPTER_VERSION}"),
         )
 
     # -- engines ----------------------------------------------------------------------------
@@ -223,6 +234,8 @@ class VllmHfRuntime:
                 param_dtype=training.param_dtype,
                 reduce_dtype=training.reduce_dtype,
                 remove_padding=training.remove_padding,
+                align=arm_kinds(training),
+                scoring_mode=str(training.scoring_mode),
             )
         from xconf.adapters.vllm.engine import RolloutEngineConfig
         from xconf.adapters.vllm_transformers.engines import OnSideRanks, VllmRolloutSide
@@ -254,10 +267,12 @@ class VllmHfRuntime:
             **options,
         )
         if executor == "external_launcher":  # one TP rank on every launched rank
-            return VllmRolloutSide(rollout_cfg)
+            return VllmRolloutSide(rollout_cfg, scoring_mode=rollout.scoring_mode)
         # The engine (with its own TP workers) lives on rank 0 alone; a larger launched
         # world is the training side's, and its other ranks receive rank 0's score.
-        return OnSideRanks.on(1, lambda _group: VllmRolloutSide(rollout_cfg))
+        return OnSideRanks.on(
+            1, lambda _group: VllmRolloutSide(rollout_cfg, scoring_mode=rollout.scoring_mode)
+        )
 
     def _transformers_scorer(
         self, dtype: str, ranks: int, scorer: type[HfTrainingSide] | None = None, **fields: Any

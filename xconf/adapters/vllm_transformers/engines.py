@@ -151,10 +151,14 @@ class _FrozenSide:
 class VllmRolloutSide(_FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`."""
 
-    def __init__(self, cfg: Any, engine_class: type[Any] | None = None) -> None:
+    def __init__(
+        self, cfg: Any, engine_class: type[Any] | None = None, scoring_mode: str | None = None
+    ) -> None:
         from xconf.adapters.vllm.engine import VllmRolloutEngine
 
         self.engine = (engine_class or VllmRolloutEngine)(cfg)
+        # rollout.scoring_mode where the case declares it; None: the identity's
+        self.scoring_mode = scoring_mode
 
     def _weights(self) -> str:
         digests = self.engine.llm.collective_rpc(_worker_weight_digest)
@@ -170,7 +174,8 @@ class VllmRolloutSide(_FrozenSide):
         from xconf.adapters.vllm.scorer import score_frozen
 
         before = self._weights()
-        logprobs = score_frozen(self.engine, batch, identity.scoring_mode, batch_size, operator)
+        mode = self.scoring_mode or identity.scoring_mode
+        logprobs = score_frozen(self.engine, batch, mode, batch_size, operator)
         evidence = ReadOnlyEvidence(
             state_digest_before=before,
             state_digest_after=self._weights(),
@@ -256,7 +261,8 @@ class HfTrainingSide(_FrozenSide):
             state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
             state_digest_after=f"{result.digest_after.parameters}:{result.digest_after.buffers}",
             mode_restored=result.mode_restored,
-            used_kv_cache=False,  # use_cache=False, full teacher-forced pass
+            # a full pass runs use_cache=False; the decode mode attends over KV caches
+            used_kv_cache=self.scorer.uses_kv_cache,
             generated_tokens=False,
         )
         return result.logprobs, evidence

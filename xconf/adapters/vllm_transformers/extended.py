@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from xconf.adapters.hf.align.handlers import HANDLERS as ALIGN_HANDLERS
 from xconf.adapters.vllm_transformers import reads
 from xconf.knobs import (
     ROLLOUT_BATCH_INVARIANT,
     ROLLOUT_ENABLE_CHUNKED_PREFILL,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_SCORING_MODE,
     TRAINING_PARAM_DTYPE,
     TRAINING_REDUCE_DTYPE,
     TRAINING_REMOVE_PADDING,
@@ -77,6 +79,12 @@ def _mixed_precision(request: KnobRequest) -> KnobApplication:
     return request.applied(f"fully_shard(mp_policy=MixedPrecisionPolicy({field}={request.value}))")
 
 
+def _rollout_scoring_mode(request: KnobRequest) -> KnobApplication:
+    if request.value == "prefill":
+        return request.applied("the whole frozen sequence as a prompt, scored by prompt_logprobs")
+    return request.applied("forced decoding of the frozen response, vLLM's raw logprobs")
+
+
 def _remove_padding(request: KnobRequest) -> KnobApplication:
     return request.applied(
         "each request scored as one packed row (per-sample positions, no padding)"
@@ -93,4 +101,7 @@ EXTENDED: Mapping[str, KnobHandler] = {
     TRAINING_PARAM_DTYPE.path: KnobHandler(_mixed_precision, reads.param_dtype),
     TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision, reads.reduce_dtype),
     TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding, reads.remove_padding),
+    ROLLOUT_SCORING_MODE.path: KnobHandler(_rollout_scoring_mode, reads.rollout_scoring_mode),
+    # The arms and the training scoring mode (xconf/adapters/hf/align/handlers.py).
+    **ALIGN_HANDLERS,
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from xconf.adapters.hf.align.handlers import training_scorer
 from xconf.adapters.vllm_transformers.adapter import ADAPTER_VERSION, VllmHfRuntime
 from xconf.adapters.vllm_transformers.hf_pair_handlers import HANDLERS
 from xconf.adapters.vllm_transformers.placement import process_group_context
@@ -41,10 +42,12 @@ class HfPairRuntime(VllmHfRuntime):
             ("world_size", 1),
         )
 
-    def _scorers(self, identity: Identity) -> tuple[tuple[str, str], ...]:
+    def _scorers(
+        self, identity: Identity, knobs: Mapping[str, KnobValue]
+    ) -> tuple[tuple[str, str], ...]:
         return (
             ("rollout", f"transformers-reference/{ADAPTER_VERSION}"),
-            ("training", f"transformers-teacher-forced/{ADAPTER_VERSION}"),
+            ("training", f"transformers-{training_scorer(knobs)}/{ADAPTER_VERSION}"),
         )
 
     def _build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from xconf.adapters.vllm_transformers import reads
 from xconf.adapters.vllm_transformers.handlers import HANDLERS as VLLM_HF_HANDLERS
 from xconf.knobs import (
+    ALIGN_OFF,
     BATCH_SIZE,
     KNOBS,
     ROLLOUT_BATCH_INVARIANT,
@@ -20,7 +21,10 @@ from xconf.knobs import (
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_SCORING_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ALIGN,
+    TRAINING_ALIGN_ALL,
     KnobValue,
 )
 from xconf.runtime.protocol import (
@@ -79,11 +83,26 @@ REFERENCE: Mapping[str, KnobHandler] = {
         False, "the reference scorer has no batch-invariant mode", _constant(False)
     ),
     BATCH_SIZE.path: CHUNKED_REQUESTS,
+    ROLLOUT_SCORING_MODE.path: _fixed(
+        "prefill",
+        "the reference scorer scores the whole frozen sequence in one teacher-forced pass",
+        _constant("prefill"),
+    ),
+}
+NO_VLLM = (
+    "hf_pair's rollout side is the transformers reference scorer, not vLLM: there are no "
+    "rollout kernels to align the training side with"
+)
+# The arms align the training side with vLLM, which hf_pair does not run: only ``off``.
+ARMS: Mapping[str, KnobHandler] = {
+    spec.path: _fixed(ALIGN_OFF, NO_VLLM, VLLM_HF_HANDLERS[spec.path].readback)
+    for spec in (*TRAINING_ALIGN.values(), TRAINING_ALIGN_ALL)
 }
 # The training side is vllm_hf's own transformers scorer: its handlers, no rollout one.
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
     {
         **{p: h for p, h in VLLM_HF_HANDLERS.items() if KNOBS[p].side != "rollout"},
+        **ARMS,
         **REFERENCE,
     }
 )

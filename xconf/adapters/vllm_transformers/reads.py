@@ -60,6 +60,11 @@ def max_num_batched_tokens(live: VllmState) -> int:
     return int(live.config.scheduler_config.max_num_batched_tokens)
 
 
+def rollout_scoring_mode(live: VllmState) -> str | None:
+    """How the engine's last scored pass asked for logprobs (None: not scored yet)."""
+    return live.scoring_mode
+
+
 # -- training (and hf_pair's reference): the transformers scorer ---------------------------
 def attention(live: ScorerState) -> str:
     return live.model.attention

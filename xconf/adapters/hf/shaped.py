@@ -1,0 +1,209 @@
+"""Training scoring through the forwards the arms and the decode mode install.
+
+Two shapes (``training.scoring_mode``):
+
+- ``full``: one teacher-forced forward per request, as the plain scorer runs it (a padded
+  batch, or one packed row with ``training.remove_padding``).
+- ``decode``: the rollout engine's step shapes. The first forward of a request holds every
+  prompt (packed one after the other as vLLM's scheduler batches them, or right-padded with
+  ``remove_padding=false``), each later forward one frozen response token per sample, every
+  token attending over its sample's KV cache. The logits of a forward are computed only for
+  the rows it scores, as vLLM computes them only for the rows it samples.
+
+The frozen tokens are fed, never sampled; the model's parameters are never touched (the
+plain scorer's read-only guard wraps every call).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xconf.adapters.frozen import FrozenSample
+from xconf.adapters.hf.align import kernels
+from xconf.adapters.hf.align.step import RequestCaches, Step, VllmPaged, WholeBatch, entered
+
+Select = Callable[[Any, Any, Any], Any]  # (logits [N, V], targets [N], active [N]) -> [N]
+
+
+@dataclass(frozen=True)
+class ChunkScore:
+    values: list[dict[int, float]]  # per sample of the request: token offset -> logprob
+    forward_tokens: tuple[int, ...]  # tokens each forward computed (its GEMM M dimension)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """How a scorer whose model carries installed forwards scores a request."""
+
+    kinds: frozenset[str]  # the arms installed
+    decode: bool
+
+    def chunk(
+        self,
+        model: Any,
+        samples: Sequence[FrozenSample],
+        pad_token_id: int,
+        select: Select,
+        native: bool,
+        packed: bool,
+    ) -> ChunkScore:
+        import contextlib
+
+        with kernels.ir_priority() if self.kinds else contextlib.nullcontext():
+            if self.decode:
+                return self._decode(model, samples, pad_token_id, select, native, packed)
+            return self._full(model, samples, pad_token_id, select, native, packed)
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _core(self, model: Any, samples: Sequence[FrozenSample]) -> Any:
+        import torch
+
+        attention = model.get_decoder().layers[0].self_attn
+        implementation = str(model.config._attn_implementation)
+        if "attention" in self.kinds:
+            config = model.config
+            paged = kernels.PagedAttention(
+                len(model.get_decoder().layers),
+                int(config.num_attention_heads),
+                int(config.num_key_value_heads),
+                int(attention.head_dim),
+                [s.length for s in samples],
+                next(model.parameters()).dtype,
+            )
+            return VllmPaged(paged)
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        eager = sys.modules[type(attention).__module__].eager_attention_forward
+        function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
+        _ = torch  # imported for the callers' tensors
+        return RequestCaches(function, implementation) if self.decode else WholeBatch(function)
+
+    def _forward(self, model: Any, step: Step, ids: Any, mask: Any) -> Any:
+        """The decoder's hidden states [B, T, H] for one step."""
+        if isinstance(step.attention, VllmPaged):
+            step.attention.paged.begin_step(step.counts)
+        with entered(step):
+            out = model.get_decoder()(
+                input_ids=ids, attention_mask=mask, position_ids=step.positions, use_cache=False
+            )
+        return out.last_hidden_state
+
+    def _logprobs(self, model: Any, rows: Any, targets: Any, select: Select, native: bool) -> Any:
+        """Selected logprobs of hidden-state ``rows`` [N, H]: vLLM's raw logprobs under the
+        logits arm with the native operator, else the operator (native: fp32 log_softmax)."""
+        import torch
+
+        logits = model.get_output_embeddings()(rows)
+        if native and "logits" in self.kinds:
+            return kernels.compute_logprobs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return select(logits, targets, torch.ones(targets.shape[0], dtype=torch.bool))
+
+    # -- full: one teacher-forced forward per request -----------------------------------------
+    def _full(
+        self,
+        model: Any,
+        samples: Sequence[FrozenSample],
+        pad: int,
+        select: Select,
+        native: bool,
+        packed: bool,
+    ) -> ChunkScore:
+        import torch
+
+        lengths = [s.length for s in samples]
+        if packed:
+            ids = torch.tensor([[t for s in samples for t in s.token_ids]], dtype=torch.long)
+            positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+            rows = (0,) * len(samples)
+            cols = tuple(sum(lengths[:r]) for r in range(len(samples)))
+            mask = None
+        else:
+            width = max(lengths)
+            ids = torch.full((len(samples), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(samples), width), dtype=torch.long)
+            positions = torch.zeros((len(samples), width), dtype=torch.long)
+            for r, s in enumerate(samples):
+                ids[r, : s.length] = torch.tensor(s.token_ids)
+                mask[r, : s.length] = 1
+                positions[r, : s.length] = torch.arange(s.length)
+            rows, cols = tuple(range(len(samples))), (0,) * len(samples)
+        step = Step(positions, rows, cols, tuple(lengths), self._core(model, samples))
+        hidden = self._forward(model, step, ids, mask)
+        # the response positions: column c + t predicts token t + 1 of its sample
+        where = [
+            (r, t)
+            for r, s in enumerate(samples)
+            for t in range(len(s.prompt_ids) - 1, s.length - 1)
+        ]
+        row_index = torch.tensor([rows[r] for r, _ in where])
+        col_index = torch.tensor([cols[r] + t for r, t in where])
+        targets = torch.tensor([samples[r].token_ids[t + 1] for r, t in where])
+        if "logits" in self.kinds:  # vLLM computes logits only for the rows it scores
+            selected = self._logprobs(model, hidden[row_index, col_index], targets, select, native)
+        else:  # transformers' own head over every position, as the plain scorer runs it
+            logits = model.get_output_embeddings()(hidden)[row_index, col_index]
+            selected = select(logits, targets, torch.ones(len(where), dtype=torch.bool))
+        values: list[dict[int, float]] = [{} for _ in samples]
+        for (r, t), v in zip(where, selected.tolist(), strict=True):
+            values[r][t] = float(v)
+        return ChunkScore(values, (int(ids.numel()),))
+
+    # -- decode: the rollout engine's steps ----------------------------------------------------
+    def _decode(
+        self,
+        model: Any,
+        samples: Sequence[FrozenSample],
+        pad: int,
+        select: Select,
+        native: bool,
+        packed: bool,
+    ) -> ChunkScore:
+        import torch
+
+        core = self._core(model, samples)
+        prompts = [len(s.prompt_ids) for s in samples]
+        n = len(samples)
+        if packed:  # vLLM's prefill: every prompt back to back in one row
+            ids = torch.tensor([[t for s in samples for t in s.prompt_ids]], dtype=torch.long)
+            positions = torch.cat([torch.arange(p) for p in prompts]).unsqueeze(0)
+            rows, cols = (0,) * n, tuple(sum(prompts[:r]) for r in range(n))
+        else:
+            width = max(prompts)
+            ids = torch.full((n, width), pad, dtype=torch.long)
+            positions = torch.zeros((n, width), dtype=torch.long)
+            for r, s in enumerate(samples):
+                ids[r, : prompts[r]] = torch.tensor(s.prompt_ids)
+                positions[r, : prompts[r]] = torch.arange(prompts[r])
+            rows, cols = tuple(range(n)), (0,) * n
+        step = Step(positions, rows, cols, tuple(prompts), core)
+        last = [c + p - 1 for c, p in zip(cols, prompts, strict=True)]
+        values: list[dict[int, float]] = [{} for _ in samples]
+        tokens: list[int] = []
+        steps = {len(s.response_ids) for s in samples}
+        if len(steps) != 1:
+            from xconf.adapters.errors import ScoringError
+
+            raise ScoringError(
+                "runtime.ragged_responses",
+                "decode-shaped scoring needs responses of one length per request",
+                "identity.token_ids",
+            )
+        for k in range(steps.pop()):
+            hidden = self._forward(model, step, ids, None)
+            tokens.append(int(ids.numel()))
+            targets = torch.tensor([s.response_ids[k] for s in samples])
+            rows_h = hidden[torch.tensor(rows), torch.tensor(last)]
+            selected = self._logprobs(model, rows_h, targets, select, native)
+            for r, v in enumerate(selected.tolist()):
+                values[r][prompts[r] - 1 + k] = float(v)
+            # the next step feeds each sample's frozen token k
+            fed = targets.view(1, n) if packed else targets.view(n, 1)
+            ids = fed
+            positions = torch.tensor([p + k for p in prompts]).view(fed.shape)
+            rows, cols = ((0,) * n, tuple(range(n))) if packed else (tuple(range(n)), (0,) * n)
+            last = list(cols)
+            step = Step(positions, rows, cols, (1,) * n, core)
+        return ChunkScore(values, tuple(tokens))
