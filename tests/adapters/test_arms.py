@@ -42,7 +42,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {a: write_checkpoint(a, root / a) for a in (*SUPPORTED, "gemma2", "phi3", "gpt2")}
 
 
-def _batch() -> Any:
+def _batch(responses: tuple[int, ...] = (6, 6, 6, 6)) -> Any:
     import torch
 
     from xconf.adapters.frozen import FrozenBatch, FrozenSample
@@ -51,9 +51,9 @@ def _batch() -> Any:
     samples = tuple(
         FrozenSample(
             tuple(torch.randint(3, 300, (n,), generator=g).tolist()),
-            tuple(torch.randint(3, 300, (6,), generator=g).tolist()),
+            tuple(torch.randint(3, 300, (r,), generator=g).tolist()),
         )
-        for n in (5, 9, 7, 12)
+        for n, r in zip((5, 9, 7, 12), responses, strict=True)
     )
     return FrozenBatch(samples, 0)
 
@@ -201,17 +201,19 @@ def test_the_full_arm_materializes_every_kind_and_hf_pair_has_none(
 
 
 @pytest.mark.parametrize("arch", SUPPORTED)
+@pytest.mark.parametrize("responses", [(6, 6, 6, 6), (6, 2, 4, 6)])
 def test_decode_shaped_scoring_equals_teacher_forcing_with_shape_independent_kernels(
-    checkpoints: dict[str, Path], arch: str
+    checkpoints: dict[str, Path], arch: str, responses: tuple[int, ...]
 ) -> None:
     """Under the full arm every token gets the same bits whether it is scored in one
     teacher-forced forward (padded or packed), in the rollout engine's decode steps (prefill
     padded or packed) or in requests of one sample: the decode mode's bookkeeping (KV caches,
     positions, the rows it scores) loses nothing. Relies on vLLM's CPU kernels computing a row
-    the same way whatever the number of rows (true of this machine's AVX-512 build)."""
+    the same way whatever the number of rows (true of this machine's AVX-512 build). Responses
+    of different lengths leave the decode batch as they end, as finished requests do."""
     import torch
 
-    batch = _batch()
+    batch = _batch(responses)
     active = torch.tensor(batch.layout()["active_mask"], dtype=torch.bool)
     path = checkpoints[arch]
     full = _scorer(path, KINDS).score(batch, 4).logprobs
@@ -236,6 +238,8 @@ def test_decode_mode_reads_back_its_steps_and_kv_cache(checkpoints: dict[str, Pa
     assert _readback(scorer)[TRAINING_SCORING_MODE.path] == "decode"
     # one prefill of the four prompts (5 + 9 + 7 + 12 tokens), then 5 steps of 4 tokens
     assert live.readings()[TRAINING_FORWARD_TOKENS.name] == "33+5x4"
+    scorer.score(_batch((6, 2, 4, 6)), 4)  # samples leave the batch as their responses end
+    assert scorer.live().readings()[TRAINING_FORWARD_TOKENS.name] == "33+4+2x3+2x2"
     full = _scorer(checkpoints["llama"])
     full.score(_batch(), 4)
     assert not full.uses_kv_cache and _readback(full)[TRAINING_SCORING_MODE.path] == "full"

@@ -16,6 +16,7 @@ from typing import Any
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
 from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
+from xconf.adapters.hf.layout import lay_out
 from xconf.adapters.hf.model import (
     ModelState,
     TrainingScorerConfig,
@@ -81,41 +82,17 @@ class TrainingScore:
     forward_tokens: tuple[tuple[int, ...], ...] = ()  # per request: tokens of each forward
 
 
-def _padded(samples: list[Any], pad_token_id: int) -> tuple[Any, Any, Any, Any, Any]:
-    """[b, W] right-padded ids, attention mask, positions; (row, column) of every scored token.
-
-    Column t of row r predicts token t + 1 of sample r (teacher forcing).
-    """
+def _scored(samples: list[Any], pad_token_id: int, packed: bool) -> tuple[Any, Any, Any, Any, Any]:
+    """The request laid out (``layout.lay_out``), and the (row, column) of every scored token:
+    column ``c + t`` of a sample's row predicts its token ``t + 1`` (teacher forcing)."""
     import torch
 
-    width = max(s.length for s in samples)
-    ids = torch.full((len(samples), width), pad_token_id, dtype=torch.long)
-    attn = torch.zeros((len(samples), width), dtype=torch.long)
-    pos = torch.zeros((len(samples), width), dtype=torch.long)
-    for r, s in enumerate(samples):
-        ids[r, : s.length] = torch.tensor(s.token_ids)
-        attn[r, : s.length] = 1
-        pos[r, : s.length] = torch.arange(s.length)
-    rows = torch.cat([torch.full((s.length - 1,), r) for r, s in enumerate(samples)])
-    cols = torch.cat([torch.arange(s.length - 1) for s in samples])
-    return ids, attn, pos, rows, cols
-
-
-def _packed(samples: list[Any]) -> tuple[Any, None, Any, Any, Any]:
-    """One [1, sum(len)] row of the samples back to back, positions restarting per sample.
-
-    No attention mask: transformers derives the per-sample causal blocks from the positions
-    (masking_utils.find_packed_sequence_indices), so no token attends across samples.
-    """
-    import torch
-
-    ids = torch.tensor([[t for s in samples for t in s.token_ids]], dtype=torch.long)
-    pos = torch.cat([torch.arange(s.length) for s in samples]).unsqueeze(0)
-    starts = [sum(x.length for x in samples[:r]) for r in range(len(samples))]
+    laid = lay_out([s.token_ids for s in samples], pad_token_id, packed)
+    rows = torch.cat([torch.full((s.length - 1,), laid.rows[r]) for r, s in enumerate(samples)])
     cols = torch.cat(
-        [torch.arange(st, st + s.length - 1) for st, s in zip(starts, samples, strict=True)]
+        [torch.arange(laid.cols[r], laid.cols[r] + s.length - 1) for r, s in enumerate(samples)]
     )
-    return ids, None, pos, torch.zeros_like(cols), cols
+    return laid.ids, laid.mask, laid.positions, rows, cols
 
 
 def teacher_forced_scores(
@@ -161,10 +138,7 @@ def teacher_forced_scores(
                         per_sample[i] = values
                     tokens.append(scored.forward_tokens)
                     continue
-                if remove_padding:
-                    ids, attn, pos, rows, cols = _packed(samples)
-                else:
-                    ids, attn, pos, rows, cols = _padded(samples, batch.pad_token_id)
+                ids, attn, pos, rows, cols = _scored(samples, batch.pad_token_id, remove_padding)
                 # The scored token's index inside its own sample, and whether it is a response.
                 offsets = torch.tensor(
                     [t for s in samples for t in range(s.length - 1)], dtype=torch.long

@@ -24,6 +24,7 @@ from typing import Any
 from xconf.adapters.frozen import FrozenSample
 from xconf.adapters.hf.align import kernels
 from xconf.adapters.hf.align.step import RequestCaches, Step, VllmPaged, WholeBatch, entered
+from xconf.adapters.hf.layout import lay_out
 
 Select = Callable[[Any, Any, Any], Any]  # (logits [N, V], targets [N], active [N]) -> [N]
 
@@ -59,8 +60,6 @@ class Shaping:
 
     # -- pieces ------------------------------------------------------------------------------
     def _core(self, model: Any, samples: Sequence[FrozenSample]) -> Any:
-        import torch
-
         attention = model.get_decoder().layers[0].self_attn
         implementation = str(model.config._attn_implementation)
         if "attention" in self.kinds:
@@ -78,13 +77,12 @@ class Shaping:
 
         eager = sys.modules[type(attention).__module__].eager_attention_forward
         function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
-        _ = torch  # imported for the callers' tensors
         return RequestCaches(function, implementation) if self.decode else WholeBatch(function)
 
     def _forward(self, model: Any, step: Step, ids: Any, mask: Any) -> Any:
         """The decoder's hidden states [B, T, H] for one step."""
         if isinstance(step.attention, VllmPaged):
-            step.attention.paged.begin_step(step.counts)
+            step.attention.paged.begin_step(step.counts, step.requests)
         with entered(step):
             out = model.get_decoder()(
                 input_ids=ids, attention_mask=mask, position_ids=step.positions, use_cache=False
@@ -114,24 +112,11 @@ class Shaping:
         import torch
 
         lengths = [s.length for s in samples]
-        if packed:
-            ids = torch.tensor([[t for s in samples for t in s.token_ids]], dtype=torch.long)
-            positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
-            rows = (0,) * len(samples)
-            cols = tuple(sum(lengths[:r]) for r in range(len(samples)))
-            mask = None
-        else:
-            width = max(lengths)
-            ids = torch.full((len(samples), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(samples), width), dtype=torch.long)
-            positions = torch.zeros((len(samples), width), dtype=torch.long)
-            for r, s in enumerate(samples):
-                ids[r, : s.length] = torch.tensor(s.token_ids)
-                mask[r, : s.length] = 1
-                positions[r, : s.length] = torch.arange(s.length)
-            rows, cols = tuple(range(len(samples))), (0,) * len(samples)
-        step = Step(positions, rows, cols, tuple(lengths), self._core(model, samples))
-        hidden = self._forward(model, step, ids, mask)
+        laid = lay_out([s.token_ids for s in samples], pad, packed)
+        rows, cols = laid.rows, laid.cols
+        core = self._core(model, samples)
+        step = Step(laid.positions, rows, cols, tuple(lengths), core, tuple(range(len(samples))))
+        hidden = self._forward(model, step, laid.ids, laid.mask)
         # the response positions: column c + t predicts token t + 1 of its sample
         where = [
             (r, t)
@@ -149,7 +134,7 @@ class Shaping:
         values: list[dict[int, float]] = [{} for _ in samples]
         for (r, t), v in zip(where, selected.tolist(), strict=True):
             values[r][t] = float(v)
-        return ChunkScore(values, (int(ids.numel()),))
+        return ChunkScore(values, (int(laid.ids.numel()),))
 
     # -- decode: the rollout engine's steps ----------------------------------------------------
     def _decode(
@@ -166,44 +151,31 @@ class Shaping:
         core = self._core(model, samples)
         prompts = [len(s.prompt_ids) for s in samples]
         n = len(samples)
-        if packed:  # vLLM's prefill: every prompt back to back in one row
-            ids = torch.tensor([[t for s in samples for t in s.prompt_ids]], dtype=torch.long)
-            positions = torch.cat([torch.arange(p) for p in prompts]).unsqueeze(0)
-            rows, cols = (0,) * n, tuple(sum(prompts[:r]) for r in range(n))
-        else:
-            width = max(prompts)
-            ids = torch.full((n, width), pad, dtype=torch.long)
-            positions = torch.zeros((n, width), dtype=torch.long)
-            for r, s in enumerate(samples):
-                ids[r, : prompts[r]] = torch.tensor(s.prompt_ids)
-                positions[r, : prompts[r]] = torch.arange(prompts[r])
-            rows, cols = tuple(range(n)), (0,) * n
-        step = Step(positions, rows, cols, tuple(prompts), core)
+        # vLLM's prefill: every prompt back to back in one row (or right-padded rows)
+        laid = lay_out([s.prompt_ids for s in samples], pad, packed)
+        ids, positions, rows, cols = laid.ids, laid.positions, laid.rows, laid.cols
+        step = Step(positions, rows, cols, tuple(prompts), core, tuple(range(n)))
         last = [c + p - 1 for c, p in zip(cols, prompts, strict=True)]
         values: list[dict[int, float]] = [{} for _ in samples]
         tokens: list[int] = []
-        steps = {len(s.response_ids) for s in samples}
-        if len(steps) != 1:
-            from xconf.adapters.errors import ScoringError
-
-            raise ScoringError(
-                "runtime.ragged_responses",
-                "decode-shaped scoring needs responses of one length per request",
-                "identity.token_ids",
-            )
-        for k in range(steps.pop()):
+        for k in range(max(len(s.response_ids) for s in samples)):
             hidden = self._forward(model, step, ids, None)
             tokens.append(int(ids.numel()))
-            targets = torch.tensor([s.response_ids[k] for s in samples])
+            live = step.requests  # the samples this step scored, in the step's row order
+            targets = torch.tensor([samples[r].response_ids[k] for r in live])
             rows_h = hidden[torch.tensor(rows), torch.tensor(last)]
             selected = self._logprobs(model, rows_h, targets, select, native)
-            for r, v in enumerate(selected.tolist()):
+            for r, v in zip(live, selected.tolist(), strict=True):
                 values[r][prompts[r] - 1 + k] = float(v)
-            # the next step feeds each sample's frozen token k
-            fed = targets.view(1, n) if packed else targets.view(n, 1)
-            ids = fed
-            positions = torch.tensor([p + k for p in prompts]).view(fed.shape)
-            rows, cols = ((0,) * n, tuple(range(n))) if packed else (tuple(range(n)), (0,) * n)
+            # a sample whose response ends here leaves the batch, as a finished request does
+            going = [i for i, r in enumerate(live) if k + 1 < len(samples[r].response_ids)]
+            if not going:
+                break
+            fed = targets[going]
+            m = len(going)
+            ids = fed.view(1, m) if packed else fed.view(m, 1)
+            positions = torch.tensor([prompts[live[i]] + k for i in going]).view(ids.shape)
+            rows, cols = ((0,) * m, tuple(range(m))) if packed else (tuple(range(m)), (0,) * m)
             last = list(cols)
-            step = Step(positions, rows, cols, (1,) * n, core)
+            step = Step(positions, rows, cols, (1,) * m, core, tuple(live[i] for i in going))
         return ChunkScore(values, tuple(tokens))

@@ -70,6 +70,8 @@ def check(model: Any, kinds: frozenset[str], decode: bool, device: str) -> None:
         reason = layout_reason(name)
         if reason is not None:
             raise _refuse(first, reason)
+    if decode and device != "cpu":
+        raise _refuse(None, f"the decode shape mirrors vLLM's CPU engine steps; this is {device}")
     if kinds:
         reason = kernels.unavailable(device)
         if reason is not None:

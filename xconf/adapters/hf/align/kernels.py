@@ -223,15 +223,15 @@ class PagedAttention:
         self.isa = _get_attn_isa(dtype, BLOCK_SIZE, head_dim, "auto")
         self.cached = [0] * len(per)  # tokens in each request's cache so far
 
-    def begin_step(self, query_lens: Sequence[int]) -> None:
-        """The next forward's requests: ``query_lens[r]`` new tokens of request ``r``."""
+    def begin_step(self, query_lens: Sequence[int], requests: Sequence[int]) -> None:
+        """The next forward: ``query_lens[i]`` new tokens of request ``requests[i]``."""
         import torch
         import vllm.envs as envs
         from vllm import _custom_ops as ops
 
         slots: list[int] = []
         seq_lens: list[int] = []
-        for r, n in enumerate(query_lens):
+        for r, n in zip(requests, query_lens, strict=True):
             for p in range(self.cached[r], self.cached[r] + n):
                 block = int(self.block_table[r, p // BLOCK_SIZE])
                 slots.append(block * BLOCK_SIZE + p % BLOCK_SIZE)
@@ -243,6 +243,7 @@ class PagedAttention:
         self.slot_mapping = torch.tensor(slots, dtype=torch.int64)
         self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
         self.query_start_loc = torch.tensor(starts, dtype=torch.int32)
+        self.step_blocks = self.block_table[list(requests)]
         self.metadata = ops.cpu_attn_get_scheduler_metadata(
             num_reqs=len(query_lens),
             num_heads=self.num_heads,
@@ -278,7 +279,7 @@ class PagedAttention:
             causal=True,
             alibi_slopes=None,
             sliding_window=-1,
-            block_table=self.block_table,
+            block_table=self.step_blocks,
             softcap=0.0,
             scheduler_metadata=self.metadata,
             s_aux=None,

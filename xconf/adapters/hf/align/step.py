@@ -48,6 +48,7 @@ class Step:
     cols: tuple[int, ...]
     counts: tuple[int, ...]
     attention: StepAttention
+    requests: tuple[int, ...]  # which sample of the scoring call each request is
     carry: Carry | None = field(default=None)
 
     def take_carry(self, hidden_states: Any) -> Carry | None:
@@ -134,10 +135,11 @@ class RequestCaches:
         for r, (row, col, n) in enumerate(zip(step.rows, step.cols, step.counts, strict=True)):
             qr = q[row : row + 1, :, col : col + n]
             kr, vr = k[row : row + 1, :, col : col + n], v[row : row + 1, :, col : col + n]
-            before = self.kv.get((layer, r))
+            key = (layer, step.requests[r])
+            before = self.kv.get(key)
             if before is not None:
                 kr, vr = torch.cat([before[0], kr], dim=2), torch.cat([before[1], vr], dim=2)
-            self.kv[(layer, r)] = (kr, vr)
+            self.kv[key] = (kr, vr)
             mask = _causal(n, kr.shape[2], q, self.own_causal)
             o, _ = self.function(module, qr, kr, vr, mask, dropout=0.0, scaling=module.scaling)
             out[row, col : col + n] = o.reshape(n, heads * head_dim)
