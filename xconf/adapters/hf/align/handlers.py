@@ -111,7 +111,10 @@ def _kind(kind: str) -> KnobHandler:
         return request.applied(HOW[kind])
 
     def read(live: ScorerState) -> ReadbackValue:
-        (count,) = [a for a in live.arms if a.kind == kind]
+        found = [a for a in live.arms if a.kind == kind]
+        if len(found) != 1:  # a scorer state that does not count its arms
+            return None
+        (count,) = found
         if count.replaced == 0:
             return ALIGN_OFF
         return ALIGN_VLLM if count.replaced == count.total else None
