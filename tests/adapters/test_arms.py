@@ -254,3 +254,24 @@ def test_an_installed_forward_outside_the_scorer_is_refused(checkpoints: dict[st
     with pytest.raises(ScoringError) as info:
         scorer.model(input_ids=torch.tensor([[5, 6, 7]]))
     assert info.value.code == "arm.outside_scorer"
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "phi3", "gpt2"])
+def test_a_layout_the_arms_do_not_know_still_reads_back(
+    checkpoints: dict[str, Path], arch: str
+) -> None:
+    """Its scorer (no arm installed) reports its knobs as before; the arms read nothing."""
+    from xconf.knobs import TRAINING_ALIGN, TRAINING_COMPUTE_DTYPE, TRAINING_SCORING_MODE
+
+    scorer = _scorer(checkpoints[arch])
+    scorer.score(_batch(), 4)
+    read = _readback(scorer)
+    assert read[TRAINING_SCORING_MODE.path] == "full"
+    assert read[TRAINING_ALIGN["rotary"].path] is None
+    assert scorer.live().arms == () and not scorer.live().decode_ready
+    from xconf.adapters.vllm_transformers.handlers import HANDLERS
+    from xconf.runtime.protocol import knob_readback
+
+    assert knob_readback(HANDLERS, "training", scorer.live())[TRAINING_COMPUTE_DTYPE.path] == (
+        "float32"
+    )

@@ -198,7 +198,10 @@ def _expected(model: Any) -> dict[str, int]:
 
 
 def arm_counts(model: Any) -> tuple[ArmCount, ...]:
-    """Per kind, the modules whose live forward computes as vLLM, of those the model has."""
+    """Per kind, the modules whose live forward computes as vLLM, of those the model has
+    (nothing for a layout the arms do not know: no arm can be installed there)."""
+    if layout_reason(type(model).__name__) is not None:
+        return ()
     found = dict.fromkeys(ALIGN_KINDS, 0)
     for module in model.modules():
         aligned = module.__dict__.get(ALIGNED)
@@ -211,6 +214,8 @@ def arm_counts(model: Any) -> tuple[ArmCount, ...]:
 
 def decode_ready(model: Any) -> bool:
     """Every attention module runs the installed forward the decode mode needs."""
+    if layout_reason(type(model).__name__) is not None:
+        return False
     return all(
         ALIGNED in layer.self_attn.__dict__ and "forward" in layer.self_attn.__dict__
         for layer in model.get_decoder().layers
