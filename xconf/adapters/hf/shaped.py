@@ -7,8 +7,9 @@ Two shapes (``training.scoring_mode``):
 - ``decode``: the rollout engine's step shapes. The first forward of a request holds every
   prompt (packed one after the other as vLLM's scheduler batches them, or right-padded with
   ``remove_padding=false``), each later forward one frozen response token per sample, every
-  token attending over its sample's KV cache. The logits of a forward are computed only for
-  the rows it scores, as vLLM computes them only for the rows it samples.
+  token attending over its sample's KV cache. The logits of a step are computed only for the
+  rows it scores, as vLLM computes them only for the rows it samples (a full forward computes
+  them at every position, as the plain scorer does, through the model's own forward).
 
 The frozen tokens are fed, never sampled; the model's parameters are never touched (the
 plain scorer's read-only guard wraps every call).
@@ -79,22 +80,23 @@ class Shaping:
         function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
         return RequestCaches(function, implementation) if self.decode else WholeBatch(function)
 
-    def _forward(self, model: Any, step: Step, ids: Any, mask: Any) -> Any:
-        """The decoder's hidden states [B, T, H] for one step."""
+    def _forward(self, model: Any, step: Step, ids: Any, mask: Any, whole: bool) -> Any:
+        """One step: the model's own forward and its logits [B, T, V] (``whole``: a full
+        forward, as the plain scorer calls it), or the decoder's hidden states [B, T, H]."""
         if isinstance(step.attention, VllmPaged):
             step.attention.paged.begin_step(step.counts, step.requests)
+        run = model if whole else model.get_decoder()
         with entered(step):
-            out = model.get_decoder()(
+            out = run(
                 input_ids=ids, attention_mask=mask, position_ids=step.positions, use_cache=False
             )
-        return out.last_hidden_state
+        return out.logits if whole else out.last_hidden_state
 
-    def _logprobs(self, model: Any, rows: Any, targets: Any, select: Select, native: bool) -> Any:
-        """Selected logprobs of hidden-state ``rows`` [N, H]: vLLM's raw logprobs under the
-        logits arm with the native operator, else the operator (native: fp32 log_softmax)."""
+    def _logprobs(self, logits: Any, targets: Any, select: Select, native: bool) -> Any:
+        """Selected logprobs of ``logits`` [N, V]: vLLM's raw logprobs under the logits arm
+        with the native operator, else the operator (native: fp32 log_softmax)."""
         import torch
 
-        logits = model.get_output_embeddings()(rows)
         if native and "logits" in self.kinds:
             return kernels.compute_logprobs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return select(logits, targets, torch.ones(targets.shape[0], dtype=torch.bool))
@@ -116,7 +118,7 @@ class Shaping:
         rows, cols = laid.rows, laid.cols
         core = self._core(model, samples)
         step = Step(laid.positions, rows, cols, tuple(lengths), core, tuple(range(len(samples))))
-        hidden = self._forward(model, step, laid.ids, laid.mask)
+        logits = self._forward(model, step, laid.ids, laid.mask, whole=True)
         # the response positions: column c + t predicts token t + 1 of its sample
         where = [
             (r, t)
@@ -126,11 +128,8 @@ class Shaping:
         row_index = torch.tensor([rows[r] for r, _ in where])
         col_index = torch.tensor([cols[r] + t for r, t in where])
         targets = torch.tensor([samples[r].token_ids[t + 1] for r, t in where])
-        if "logits" in self.kinds:  # vLLM computes logits only for the rows it scores
-            selected = self._logprobs(model, hidden[row_index, col_index], targets, select, native)
-        else:  # transformers' own head over every position, as the plain scorer runs it
-            logits = model.get_output_embeddings()(hidden)[row_index, col_index]
-            selected = select(logits, targets, torch.ones(len(where), dtype=torch.bool))
+        # the head over every position, as the plain scorer runs it (vLLM's under the arm)
+        selected = self._logprobs(logits[row_index, col_index], targets, select, native)
         values: list[dict[int, float]] = [{} for _ in samples]
         for (r, t), v in zip(where, selected.tolist(), strict=True):
             values[r][t] = float(v)
@@ -159,12 +158,13 @@ class Shaping:
         values: list[dict[int, float]] = [{} for _ in samples]
         tokens: list[int] = []
         for k in range(max(len(s.response_ids) for s in samples)):
-            hidden = self._forward(model, step, ids, None)
+            hidden = self._forward(model, step, ids, None, whole=False)
             tokens.append(int(ids.numel()))
             live = step.requests  # the samples this step scored, in the step's row order
             targets = torch.tensor([samples[r].response_ids[k] for r in live])
-            rows_h = hidden[torch.tensor(rows), torch.tensor(last)]
-            selected = self._logprobs(model, rows_h, targets, select, native)
+            # the logits of the rows this step scores only, as vLLM computes them
+            head = model.get_output_embeddings()(hidden[torch.tensor(rows), torch.tensor(last)])
+            selected = self._logprobs(head, targets, select, native)
             for r, v in zip(live, selected.tolist(), strict=True):
                 values[r][prompts[r] - 1 + k] = float(v)
             # a sample whose response ends here leaves the batch, as a finished request does
