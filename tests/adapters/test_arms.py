@@ -63,7 +63,12 @@ def _scorer(path: Path, align: tuple[str, ...] = (), mode: str = "full", **kw: A
     from xconf.adapters.hf.scorer import HFTrainingScorer
 
     return HFTrainingScorer(
-        TrainingScorerConfig(model_path=str(path), align=align, scoring_mode=mode, **kw)
+        TrainingScorerConfig(
+            model_path=str(path),
+            scoring_mode=mode,
+            **{f"align_{kind}": "vllm" for kind in align},
+            **kw,
+        )
     )
 
 
@@ -124,7 +129,7 @@ def test_an_architecture_the_arms_do_not_know_is_unsupported_naming_the_knob(
     assert info.value.path == TRAINING_ALIGN["rotary"].path
     assert "decoder layout" in info.value.message
     facts = model_facts(str(checkpoints[arch]))
-    view = RuntimeView("vllm-hf", "cpu", facts)
+    view = RuntimeView("vllm-hf", "cpu", facts, "vllm")
     for path, value in [
         *((TRAINING_ALIGN[k].path, "vllm") for k in KINDS),
         (TRAINING_SCORING_MODE.path, "decode"),
@@ -168,7 +173,7 @@ def test_an_arm_that_cannot_mirror_the_case_s_rollout_is_unsupported(
     from xconf.knobs import KNOBS, TRAINING_ALIGN
     from xconf.runtime.protocol import KnobRequest, RuntimeView
 
-    view = RuntimeView("vllm-hf", "cpu", model_facts(str(checkpoints["llama"])))
+    view = RuntimeView("vllm-hf", "cpu", model_facts(str(checkpoints["llama"])), "vllm")
     spec = KNOBS[TRAINING_ALIGN[kind].path]
     ok = HANDLERS[spec.path].materialize(KnobRequest(spec, "training", "vllm", _knobs(), view))
     assert ok.status == "applied" and ok.materialized == "vllm"
@@ -183,19 +188,22 @@ def test_the_full_arm_materializes_every_kind_and_hf_pair_has_none(
 ) -> None:
     from xconf.adapters.hf.align.handlers import HANDLERS
     from xconf.adapters.models.facts import model_facts
-    from xconf.adapters.vllm_transformers.hf_pair_handlers import HANDLERS as HF_PAIR
     from xconf.knobs import KNOBS, TRAINING_ALIGN, TRAINING_ALIGN_ALL
     from xconf.runtime.protocol import KnobRequest, RuntimeView
 
-    view = RuntimeView("vllm-hf", "cpu", model_facts(str(checkpoints["qwen3"])))
+    facts = model_facts(str(checkpoints["qwen3"]))
+    view = RuntimeView("vllm-hf", "cpu", facts, "vllm")
     knobs = _knobs(training__align__all="vllm")
     for kind in KINDS:
         spec = KNOBS[TRAINING_ALIGN[kind].path]
         app = HANDLERS[spec.path].materialize(KnobRequest(spec, "training", "off", knobs, view))
         assert (app.status, app.requested, app.materialized) == ("applied", "off", "vllm")
         assert TRAINING_ALIGN_ALL.path in app.evidence
-        pair = HF_PAIR[spec.path].materialize(
-            KnobRequest(spec, "training", "vllm", _knobs(), RuntimeView("hf-pair", "cpu"))
+        # hf_pair: the same training side, its rollout the transformers reference scorer
+        pair = HANDLERS[spec.path].materialize(
+            KnobRequest(
+                spec, "training", "vllm", _knobs(), RuntimeView("hf-pair", "cpu", facts, "hf")
+            )
         )
         assert pair.status == "unsupported" and "reference scorer" in pair.evidence
 
@@ -269,9 +277,9 @@ def test_a_layout_the_arms_do_not_know_still_reads_back(
     assert read[TRAINING_SCORING_MODE.path] == "full"
     assert read[TRAINING_ALIGN["rotary"].path] is None
     assert scorer.live().arms == () and not scorer.live().decode_ready
-    from xconf.adapters.vllm_transformers.handlers import HANDLERS
+    from xconf.adapters.hf.handlers import TRAINING
     from xconf.runtime.protocol import knob_readback
 
-    assert knob_readback(HANDLERS, "training", scorer.live())[TRAINING_COMPUTE_DTYPE.path] == (
+    assert knob_readback(TRAINING, "training", scorer.live())[TRAINING_COMPUTE_DTYPE.path] == (
         "float32"
     )

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
-from xconf.canonical import canonical_digest
+from xconf.adapters.hf.settings import HfSettings
 from xconf.knobs import (
     ALIGN_KINDS,
+    ALIGN_OFF,
     ALIGN_PREFIX,
+    ALIGN_VLLM,
     DTYPES,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
@@ -26,8 +28,14 @@ from xconf.runtime.readback import (
     TRAINING_VOCAB_LAYOUT,
     TRAINING_WORLD_SIZE,
 )
+from xconf.runtime.settings import built_from
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
+# The knob fields' defaults: the side's settings own them (one place).
+_SETTINGS = HfSettings()
+# The training side's settings no scorer field holds: the requests' batch size, the operator
+# binding's backend.
+SETTINGS_NOT_BUILT = frozenset({"batch_size", "logp_backend"})
 
 
 def normalize_sharding(value: str) -> str:
@@ -40,24 +48,46 @@ def normalize_sharding(value: str) -> str:
 
 @dataclass(frozen=True)
 class TrainingScorerConfig:
-    """Training-side construction knobs; the fingerprint decides scorer reuse."""
+    """The scorer's construction: the side's settings (``settings.HfSettings``, copied field
+    by field: ``from_settings``) and where the model comes from. Reuse is not its to decide:
+    the engine cache keys engines by the case binding's fingerprints."""
 
     model_path: str
-    attention_backend: str = "sdpa"
-    compute_dtype: str = "float32"
-    sharding: str = "unsharded"
+    attention_backend: str = _SETTINGS.attention_backend
+    compute_dtype: str = _SETTINGS.compute_dtype
+    sharding: str = _SETTINGS.sharding
     device: str = "cpu"
     # FSDP2 MixedPrecisionPolicy (``none``: no policy); only an FSDP2 model takes one.
-    param_dtype: str = "none"
-    reduce_dtype: str = "none"
+    param_dtype: str = _SETTINGS.param_dtype
+    reduce_dtype: str = _SETTINGS.reduce_dtype
     # Score each request as one packed row (per-sample positions, no padding, no mask).
-    remove_padding: bool = False
+    remove_padding: bool = _SETTINGS.remove_padding
     trust_remote_code: bool = False
-    # The replacement arms installed (``knobs.ALIGN_KINDS``, docs/arms.md) and the scoring
-    # shape: ``full`` (one teacher-forced forward per request) or ``decode`` (the rollout
-    # engine's steps over a KV cache).
-    align: tuple[str, ...] = ()
-    scoring_mode: str = "full"
+    # The scoring shape: ``full`` (one teacher-forced forward per request) or ``decode`` (the
+    # rollout engine's steps over a KV cache); the replacement arms (docs/arms.md), one
+    # setting per kind and the full arm (``align``: the kinds they install).
+    scoring_mode: str = _SETTINGS.scoring_mode
+    align_rms_norm: str = _SETTINGS.align_rms_norm
+    align_linear: str = _SETTINGS.align_linear
+    align_rotary: str = _SETTINGS.align_rotary
+    align_attention: str = _SETTINGS.align_attention
+    align_activation: str = _SETTINGS.align_activation
+    align_logits: str = _SETTINGS.align_logits
+    align_all: str = _SETTINGS.align_all
+
+    @classmethod
+    def from_settings(cls, settings: HfSettings, **construction: Any) -> TrainingScorerConfig:
+        """The scorer built for the side's settings: every setting that is a field here, by
+        name (``SETTINGS_NOT_BUILT`` are none), and where the model comes from."""
+        return built_from(cls, settings, **construction)
+
+    @property
+    def align(self) -> tuple[str, ...]:
+        """The arm kinds the scorer installs, in ``ALIGN_KINDS`` order (every kind under the
+        full arm)."""
+        if self.align_all == ALIGN_VLLM:
+            return ALIGN_KINDS
+        return tuple(k for k in ALIGN_KINDS if getattr(self, f"align_{k}") == ALIGN_VLLM)
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -94,11 +124,14 @@ class TrainingScorerConfig:
                 )
 
     def _validate_shaping(self, sharding: str) -> None:
-        unknown = sorted(set(self.align) - set(ALIGN_KINDS))
-        if unknown:
-            raise UnsupportedKnobError(
-                "unsupported_value", f"no arm kind {unknown} (kinds: {ALIGN_KINDS})", ALIGN_PREFIX
-            )
+        for kind in (*ALIGN_KINDS, "all"):
+            value = getattr(self, f"align_{kind}")
+            if value not in (ALIGN_OFF, ALIGN_VLLM):
+                raise UnsupportedKnobError(
+                    "unsupported_value",
+                    f"arm value {value!r} (values: {ALIGN_OFF}, {ALIGN_VLLM})",
+                    f"{ALIGN_PREFIX}.{kind}",
+                )
         if self.scoring_mode not in TRAINING_SCORING_MODE.choices.values():  # type: ignore[union-attr]
             raise UnsupportedKnobError(
                 "unsupported_value",
@@ -112,9 +145,6 @@ class TrainingScorerConfig:
                 "wraps them",
                 TRAINING_SHARDING.path,
             )
-
-    def fingerprint(self) -> str:
-        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:

@@ -1,7 +1,8 @@
-"""The arms' knobs and ``training.scoring_mode`` on a runtime whose rollout side is vLLM.
+"""The arms' knobs and ``training.scoring_mode`` on the transformers training side.
 
 Each arm knob materializes ``vllm`` only where the training model can compute its kind as
-this case's rollout engine does: vLLM's CPU kernels importable, the rollout eager, one rank,
+this case's rollout engine does: the rollout side is vLLM (hf_pair's reference scorer has no
+kernels to align with), vLLM's CPU kernels importable, the rollout eager, one rank,
 the training dtype, an architecture whose layout the forwards know. Anything else is
 ``unsupported`` with the reason. ``training.align.all=vllm`` aligns every kind: each kind's
 own knob then materializes ``vllm`` too, saying why. Every value is read back from the live
@@ -36,7 +37,9 @@ from xconf.runtime.protocol import KnobApplication, KnobHandler, KnobRequest, Re
 
 if TYPE_CHECKING:
     from xconf.adapters.hf.scorer import ScorerState
-    from xconf.runtime.settings import TrainingSettings
+
+# The rollout side whose kernels the arms call (``runtime/protocol.RuntimeView.rollout_side``).
+VLLM_SIDE = "vllm"
 
 HOW = {
     "rms_norm": "vLLM's RMSNorm (its IR rms_norm/fused_add_rms_norm), the residual adds fused "
@@ -66,6 +69,13 @@ def support(request: KnobRequest, kind: str | None) -> str | None:
     reason = None if architecture is None else layout_reason(architecture)
     if reason is not None or kind is None:
         return reason
+    rollout_side = request.runtime.rollout_side
+    if rollout_side != VLLM_SIDE:
+        return (
+            f"this runtime's rollout side is {rollout_side!r}, not vLLM: there are no rollout "
+            "kernels to align the training side with (hf_pair's rollout is the transformers "
+            "reference scorer)"
+        )
     reason = kernels.unavailable(request.runtime.device)
     if reason is not None:
         return reason
@@ -155,13 +165,6 @@ def _read_scoring_mode(live: ScorerState) -> ReadbackValue:
         return None
     mode = modes.pop()
     return mode if mode == "full" or live.decode_ready else None
-
-
-def arm_kinds(settings: TrainingSettings) -> tuple[str, ...]:
-    """The kinds a scorer built from these settings installs (every kind under the full arm)."""
-    if settings.align_all == ALIGN_VLLM:
-        return ALIGN_KINDS
-    return tuple(k for k in ALIGN_KINDS if getattr(settings, f"align_{k}") == ALIGN_VLLM)
 
 
 def training_scorer(knobs: Mapping[str, KnobValue]) -> str:
