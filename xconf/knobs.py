@@ -300,6 +300,33 @@ ROLLOUT_SCORING_MODE = KnobSpec(
     tier="extended",
 )
 
+# -- remedies users try in real loops (docs/arms.md): the lm_head's output dtype ------------
+# ``model``: the head computes in the side's compute dtype; ``float32``: hidden states and the
+# head's weight cast to float32 first (vLLM: ``hf_overrides={"head_dtype": "float32"}``).
+# Both sides' log-softmax is float32 already.
+LOGITS_MODEL, LOGITS_FLOAT32 = "model", "float32"
+LOGITS_DTYPE_CHOICES = _choices(
+    {"model": LOGITS_MODEL, "auto": LOGITS_MODEL, "float32": LOGITS_FLOAT32, "fp32": LOGITS_FLOAT32}
+)
+ROLLOUT_LOGITS_DTYPE = KnobSpec(
+    "rollout.logits_dtype",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "dtype of the rollout's lm_head projection (model: its compute dtype, or float32)",
+    LOGITS_DTYPE_CHOICES,
+    tier="extended",
+)
+TRAINING_LOGITS_DTYPE = KnobSpec(
+    "training.logits_dtype",
+    "engine_construction",
+    "choice",
+    "training",
+    "dtype of the trainer's lm_head projection (model: its compute dtype, or float32)",
+    LOGITS_DTYPE_CHOICES,
+    tier="extended",
+)
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -325,6 +352,8 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             TRAINING_ALIGN_ALL,
             TRAINING_SCORING_MODE,
             ROLLOUT_SCORING_MODE,
+            ROLLOUT_LOGITS_DTYPE,
+            TRAINING_LOGITS_DTYPE,
         )
     }
 )

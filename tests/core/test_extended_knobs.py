@@ -31,6 +31,8 @@ NEW_KNOBS = {
     "training.align.activation": "engine_construction",
     "training.align.logits": "engine_construction",
     "training.align.all": "engine_construction",
+    "rollout.logits_dtype": "engine_construction",
+    "training.logits_dtype": "engine_construction",
 }
 
 

@@ -13,8 +13,11 @@ from xconf.knobs import (
     ALIGN_PREFIX,
     ALIGN_VLLM,
     DTYPES,
+    LOGITS_DTYPE_CHOICES,
+    LOGITS_FLOAT32,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
+    TRAINING_LOGITS_DTYPE,
     TRAINING_SCORING_MODE,
     TRAINING_SHARDING,
     KnobValueError,
@@ -74,6 +77,8 @@ class TrainingScorerConfig:
     align_activation: str = _SETTINGS.align_activation
     align_logits: str = _SETTINGS.align_logits
     align_all: str = _SETTINGS.align_all
+    # The lm_head's dtype: ``model`` (the compute dtype) or ``float32`` (``head.py``).
+    logits_dtype: str = _SETTINGS.logits_dtype
 
     @classmethod
     def from_settings(cls, settings: HfSettings, **construction: Any) -> TrainingScorerConfig:
@@ -137,6 +142,18 @@ class TrainingScorerConfig:
                 "unsupported_value",
                 f"scoring mode {self.scoring_mode!r}",
                 TRAINING_SCORING_MODE.path,
+            )
+        if self.logits_dtype not in LOGITS_DTYPE_CHOICES.values():
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"logits dtype {self.logits_dtype!r}",
+                TRAINING_LOGITS_DTYPE.path,
+            )
+        if self.logits_dtype == LOGITS_FLOAT32 and (sharding == "fsdp" or "logits" in self.align):
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                "a float32 lm_head is built on an unsharded model without the logits arm",
+                TRAINING_LOGITS_DTYPE.path,
             )
         if sharding == "fsdp" and (self.align or self.scoring_mode != "full"):
             raise UnsupportedKnobError(

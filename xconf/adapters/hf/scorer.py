@@ -16,6 +16,7 @@ from typing import Any
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
 from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
+from xconf.adapters.hf.head import HeadDtypes, install_float32_head
 from xconf.adapters.hf.layout import lay_out
 from xconf.adapters.hf.model import (
     ModelState,
@@ -35,7 +36,7 @@ from xconf.adapters.hf.readonly import (
     state_digest,
 )
 from xconf.adapters.hf.shaped import Shaping
-from xconf.knobs import LOGP_BACKEND
+from xconf.knobs import LOGITS_FLOAT32, LOGP_BACKEND
 from xconf.runtime.readback import (
     TRAINING_ARM_MODULES,
     TRAINING_FORWARD_TOKENS,
@@ -192,6 +193,7 @@ class ScorerState:
     scoring_modes: tuple[str, ...] = ()  # per request of the last call: ``full`` or ``decode``
     decode_ready: bool = False  # every attention module runs the decode mode's forward
     forward_tokens: tuple[tuple[int, ...], ...] = ()
+    logits_dtype: str | None = None  # the head's outputs in the last call (``head.py``)
 
     def readings(self) -> dict[str, Any]:
         """What the scorer reports beside its knobs (``runtime/readback`` names)."""
@@ -245,10 +247,14 @@ class HFTrainingScorer:
 
             install(self.model, cfg.align, decode, cfg.device)
             self.shaping = Shaping(frozenset(cfg.align), decode)
+        if cfg.logits_dtype == LOGITS_FLOAT32:
+            install_float32_head(self.model)
+        self.head_dtypes = HeadDtypes(self.model)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
     ) -> TrainingScore:
+        self.head_dtypes.clear()
         score = teacher_forced_scores(
             self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping
         )
@@ -277,4 +283,5 @@ class HFTrainingScorer:
             tuple(self.scoring_modes),
             decode_ready(self.model),
             tuple(self.forward_tokens),
+            self.head_dtypes.reading(),
         )

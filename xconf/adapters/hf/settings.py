@@ -49,6 +49,9 @@ class HfSettings:
     """``training.align.logits``: ``vllm``: vLLM's logits processor and raw logprobs."""
     align_all: str = "off"
     """``training.align.all``: ``vllm``: every kind above (the full arm)."""
+    logits_dtype: str = "model"
+    """``training.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute
+    dtype) or ``float32`` (hidden states and weight cast first, ``head.py``)."""
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,5 @@ class ReferenceSettings:
     """``rollout.batch_invariant``: no batch-invariant mode."""
     scoring_mode: str = "prefill"
     """``rollout.scoring_mode``: the whole frozen sequence in one teacher-forced pass."""
+    logits_dtype: str = "model"
+    """``rollout.logits_dtype``: the reference's lm_head dtype (``model`` or ``float32``)."""

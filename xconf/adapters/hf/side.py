@@ -93,6 +93,7 @@ def _build_reference(settings: ReferenceSettings, build: SideBuild[CheckpointMod
         compute_dtype=settings.dtype,
         attention_backend="sdpa",
         sharding="unsharded",
+        logits_dtype=settings.logits_dtype,
         device=shared.device,
         trust_remote_code=shared.trust_remote_code,
     )

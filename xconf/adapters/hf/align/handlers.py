@@ -21,10 +21,13 @@ from xconf.knobs import (
     ALIGN_KINDS,
     ALIGN_OFF,
     ALIGN_VLLM,
+    LOGITS_FLOAT32,
+    LOGITS_MODEL,
     ROLLOUT_BATCH_INVARIANT,
     ROLLOUT_DTYPE,
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
     TRAINING_ALIGN,
     TRAINING_ALIGN_ALL,
@@ -98,6 +101,12 @@ def support(request: KnobRequest, kind: str | None) -> str | None:
         )
     if knobs.get(ROLLOUT_BATCH_INVARIANT.path) is True:
         return "the rollout runs vLLM's batch-invariant kernels, which the arms do not call"
+    head = knobs.get(ROLLOUT_LOGITS_DTYPE.path, LOGITS_MODEL)
+    if kind == "logits" and head != LOGITS_MODEL and rollout != LOGITS_FLOAT32:
+        return (
+            "the logits arm mirrors vLLM's lm_head in the model dtype; this case's rollout "
+            f"casts it to float32 ({ROLLOUT_LOGITS_DTYPE.path}=float32)"
+        )
     if kind == "attention" and knobs.get(ROLLOUT_KV_CACHE_DTYPE.path, "auto") != "auto":
         cache = knobs.get(ROLLOUT_KV_CACHE_DTYPE.path)
         return (
