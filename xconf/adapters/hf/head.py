@@ -14,7 +14,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from xconf.knobs import LOGITS_FLOAT32, LOGITS_MODEL
+from xconf.adapters.errors import UnsupportedKnobError
+from xconf.knobs import LOGITS_FLOAT32, LOGITS_MODEL, TRAINING_LOGITS_DTYPE
 
 # Marks a head whose forward this module bound (``arm_counts`` and localize see a plain head).
 FLOAT32_HEAD = "_xconf_float32_head"
@@ -30,6 +31,12 @@ def _float32_forward(self: Any, hidden: Any) -> Any:
 def install_float32_head(model: Any) -> None:
     """The model's lm_head projects in float32 (hidden states and weight cast first)."""
     head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise UnsupportedKnobError(
+            "unsupported_value",
+            f"{type(model).__name__} has no lm_head to project in float32",
+            TRAINING_LOGITS_DTYPE.path,
+        )
     head.__dict__[FLOAT32_HEAD] = True
     head.forward = types.MethodType(_float32_forward, head)
 
@@ -40,8 +47,10 @@ class HeadDtypes:
     def __init__(self, model: Any) -> None:
         self.seen: set[str] = set()
         head = model.get_output_embeddings()
-        self._compute = str(head.weight.dtype).removeprefix("torch.")
-        head.register_forward_hook(self._record)
+        self._compute: str | None = None
+        if head is not None:  # a model without an output embedding has no head to read
+            self._compute = str(head.weight.dtype).removeprefix("torch.")
+            head.register_forward_hook(self._record)
 
     def _record(self, module: Any, inputs: Any, output: Any) -> None:
         self.seen.add(str(output.dtype).removeprefix("torch."))
