@@ -268,15 +268,19 @@ def test_an_installed_forward_outside_the_scorer_is_refused(checkpoints: dict[st
 def test_a_layout_the_arms_do_not_know_still_reads_back(
     checkpoints: dict[str, Path], arch: str
 ) -> None:
-    """Its scorer (no arm installed) reports its knobs as before; the arms read nothing."""
+    """Its scorer (no arm can be installed) reports its knobs as before, and every arm reads
+    ``off`` from the live model (no module's forward replaced, none the arms could replace):
+    a baseline declaring the arms ``off`` is observed, not refused as unobservable."""
     from xconf.knobs import TRAINING_ALIGN, TRAINING_COMPUTE_DTYPE, TRAINING_SCORING_MODE
 
     scorer = _scorer(checkpoints[arch])
     scorer.score(_batch(), 4)
     read = _readback(scorer)
     assert read[TRAINING_SCORING_MODE.path] == "full"
-    assert read[TRAINING_ALIGN["rotary"].path] is None
-    assert scorer.live().arms == () and not scorer.live().decode_ready
+    assert {read[TRAINING_ALIGN[k].path] for k in KINDS} == {"off"}
+    assert read["training.align.all"] == "off"
+    counts = {(c.kind, c.replaced, c.total) for c in scorer.live().arms}
+    assert counts == {(k, 0, 0) for k in KINDS} and not scorer.live().decode_ready
     from xconf.adapters.hf.handlers import TRAINING
     from xconf.runtime.protocol import knob_readback
 

@@ -44,7 +44,7 @@ def layout_reason(architecture: str) -> str | None:
 class ArmCount:
     kind: str
     replaced: int  # modules of the kind whose forward computes as vLLM
-    total: int  # modules of the kind the model has
+    total: int  # modules of the kind the arms can replace (0: a layout they do not know)
 
     def text(self) -> str:
         return f"{self.kind} {self.replaced}/{self.total}"
@@ -198,17 +198,18 @@ def _expected(model: Any) -> dict[str, int]:
 
 
 def arm_counts(model: Any) -> tuple[ArmCount, ...]:
-    """Per kind, the modules whose live forward computes as vLLM, of those the model has
-    (nothing for a layout the arms do not know: no arm can be installed there)."""
-    if layout_reason(type(model).__name__) is not None:
-        return ()
+    """Per kind, the modules whose live forward computes as vLLM, of those the arms can
+    replace. A layout the arms do not know has none they can replace (``total`` 0, its
+    layers never read), and the walk still counts any replaced forward it carries: a model
+    with none reads back ``off``, as its own kernels compute every module."""
     found = dict.fromkeys(ALIGN_KINDS, 0)
     for module in model.modules():
         aligned = module.__dict__.get(ALIGNED)
         if aligned is not None and module.__dict__.get("forward") is not None:
             for kind, covered in aligned.covers.items():
                 found[kind] += len(covered)
-    expected = _expected(model)
+    known = layout_reason(type(model).__name__) is None
+    expected = _expected(model) if known else dict.fromkeys(ALIGN_KINDS, 0)
     return tuple(ArmCount(k, found[k], expected[k]) for k in ALIGN_KINDS)
 
 
