@@ -78,7 +78,7 @@ TRAINING_STATE_DIGEST = ReadbackName(
 TRAINING_REQUEST_SIZES = ReadbackName("training.request_sizes", "samples per forward, per request")
 TRAINING_ARM_MODULES = ReadbackName(
     "training.arm_modules",
-    "per arm kind, the modules whose live forward computes as vLLM, of those the model has",
+    "per arm kind, the modules whose live forward computes as vLLM, of those the arms can replace",
 )
 TRAINING_FORWARD_TOKENS = ReadbackName(
     "training.forward_tokens",
