@@ -33,9 +33,14 @@ class ComparisonOutcome:
 
 
 def identity_violations(
-    inputs: FrozenInputs, identity_digest: str, rollout: SideScore, training: SideScore
+    inputs: FrozenInputs,
+    identity_digest: str,
+    rollout: SideScore,
+    training: SideScore,
+    training_kv_cache_allowed: bool = False,
 ) -> list[str]:
-    """Both sides must have scored exactly the frozen input, read-only."""
+    """Both sides must have scored exactly the frozen input, read-only; the training side
+    without a KV cache unless the identity allows one."""
     violations = []
     for name, score in (("rollout", rollout), ("training", training)):
         if score.identity_digest != identity_digest:
@@ -57,8 +62,11 @@ def identity_violations(
             violations.append(f"{name} scorer left the module in a different mode")
         if evidence.generated_tokens:
             violations.append(f"{name} scorer generated tokens instead of scoring frozen ones")
-        if name == "training" and evidence.used_kv_cache:
-            violations.append("training scorer used a KV cache")
+        if name == "training" and evidence.used_kv_cache and not training_kv_cache_allowed:
+            violations.append(
+                "training scorer used a KV cache, which the identity forbids "
+                "(cache_metadata.training_kv_cache is not 'allowed')"
+            )
     return violations
 
 
@@ -175,11 +183,14 @@ def compare(
     contract: NumericalContract,
     *,
     correction: Correction | None = None,
+    training_kv_cache_allowed: bool = False,
 ) -> ComparisonOutcome:
     """Judge every active token by ``abs(training - rollout) > threshold``; nothing else votes."""
     doc = _base_document(threshold, contract)
     active = inputs.active_mask.bool()
-    violations = identity_violations(inputs, identity_digest, rollout, training)
+    violations = identity_violations(
+        inputs, identity_digest, rollout, training, training_kv_cache_allowed
+    )
     if violations:
         doc.update(
             result="invalid_identity",

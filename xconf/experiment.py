@@ -72,6 +72,14 @@ class Identity:
         return canonical_digest(self.to_dict())
 
     @property
+    def training_kv_cache_allowed(self) -> bool:
+        """Whether the training side may attend over a KV cache (the decode scoring mode):
+        only where ``cache_metadata.training_kv_cache`` says ``allowed``; teacher forcing
+        without one is the default every other identity keeps."""
+        metadata = json.loads(self.cache_metadata)
+        return isinstance(metadata, dict) and metadata.get("training_kv_cache") == "allowed"
+
+    @property
     def num_samples(self) -> int:
         return len(self.token_ids)
 

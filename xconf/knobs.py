@@ -12,7 +12,7 @@ from xconf.runtime.readback import DERIVED_NAMES, ROLLOUT_PREFIX_CACHE_HITS
 
 KnobValue = bool | int | str
 Lifecycle = Literal["request", "engine_construction", "process"]
-ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id"]
+ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id", "arm"]
 
 # Lifecycles ordered from cheapest to most expensive to change.
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
@@ -290,6 +290,101 @@ TRAINING_CROSS_ENTROPY_LOSS_FUSION = KnobSpec(
     "Megatron's fused vocab-parallel cross entropy (its native selected logprob)",
     tier="extended",
 )
+# -- replacement arms (docs/arms.md): the training model computes a kind of module as vLLM --
+# The kinds in the order a decoder layer first computes them (input norm, q/k/v projection,
+# rotary, attention, MLP activation; the logits last); each kind is one knob,
+# ``training.align.all`` the full arm.
+ALIGN_KINDS: tuple[str, ...] = ("rms_norm", "linear", "rotary", "attention", "activation", "logits")
+ALIGN_OFF, ALIGN_VLLM = "off", "vllm"
+ALIGN_PREFIX = "training.align"  # the arms' knobs: ``training.align.<kind>``, ``...all``
+# YAML reads a bare ``off`` as false: both spellings are the trainer's own kernels.
+ARM_CHOICES = _choices({"off": ALIGN_OFF, "none": ALIGN_OFF, "hf": ALIGN_OFF, "vllm": ALIGN_VLLM})
+
+
+def _arm(path: str, meaning: str) -> KnobSpec:
+    return KnobSpec(
+        path, "engine_construction", "arm", "training", meaning, ARM_CHOICES, tier="extended"
+    )
+
+
+TRAINING_ALIGN_RMS_NORM = _arm(
+    "training.align.rms_norm", "RMS norms (and the fused residual adds) computed as vLLM does"
+)
+TRAINING_ALIGN_LINEAR = _arm(
+    "training.align.linear", "linear layers through vLLM's GEMM path and fused weight layout"
+)
+TRAINING_ALIGN_ROTARY = _arm(
+    "training.align.rotary", "rotary embedding with vLLM's cos/sin cache and kernel"
+)
+TRAINING_ALIGN_ATTENTION = _arm(
+    "training.align.attention", "attention as vLLM's CPU kernel over a paged KV cache"
+)
+TRAINING_ALIGN_ACTIVATION = _arm(
+    "training.align.activation", "the MLP activation as vLLM's SiluAndMul"
+)
+TRAINING_ALIGN_LOGITS = _arm(
+    "training.align.logits",
+    "logits through vLLM's logits processor, logprobs as its sampler computes them",
+)
+# One knob per kind, keyed by the kind (``ALIGN_KINDS`` order).
+TRAINING_ALIGN: Mapping[str, KnobSpec] = MappingProxyType(
+    {
+        "rms_norm": TRAINING_ALIGN_RMS_NORM,
+        "linear": TRAINING_ALIGN_LINEAR,
+        "rotary": TRAINING_ALIGN_ROTARY,
+        "attention": TRAINING_ALIGN_ATTENTION,
+        "activation": TRAINING_ALIGN_ACTIVATION,
+        "logits": TRAINING_ALIGN_LOGITS,
+    }
+)
+TRAINING_ALIGN_ALL = _arm(
+    "training.align.all", "the full arm: every kind of module computed as vLLM does"
+)
+TRAINING_SCORING_MODE = KnobSpec(
+    "training.scoring_mode",
+    "engine_construction",
+    "choice",
+    "training",
+    "teacher-forced single forward (full) or token by token over a KV cache (decode)",
+    _choices({"full": "full", "teacher_forced": "full", "decode": "decode"}),
+    tier="extended",
+)
+ROLLOUT_SCORING_MODE = KnobSpec(
+    "rollout.scoring_mode",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "forced decoding (decode) or prompt logprobs in one pass (prefill)",
+    _choices({"decode": "decode", "prefill": "prefill"}),
+    tier="extended",
+)
+
+# -- remedies users try in real loops (docs/arms.md): the lm_head's output dtype ------------
+# ``model``: the head computes in the side's compute dtype; ``float32``: hidden states and the
+# head's weight cast to float32 first (vLLM: ``hf_overrides={"head_dtype": "float32"}``).
+# Both sides' log-softmax is float32 already.
+LOGITS_MODEL, LOGITS_FLOAT32 = "model", "float32"
+LOGITS_DTYPE_CHOICES = _choices(
+    {"model": LOGITS_MODEL, "auto": LOGITS_MODEL, "float32": LOGITS_FLOAT32, "fp32": LOGITS_FLOAT32}
+)
+ROLLOUT_LOGITS_DTYPE = KnobSpec(
+    "rollout.logits_dtype",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "dtype of the rollout's lm_head projection (model: its compute dtype, or float32)",
+    LOGITS_DTYPE_CHOICES,
+    tier="extended",
+)
+TRAINING_LOGITS_DTYPE = KnobSpec(
+    "training.logits_dtype",
+    "engine_construction",
+    "choice",
+    "training",
+    "dtype of the trainer's lm_head projection (model: its compute dtype, or float32)",
+    LOGITS_DTYPE_CHOICES,
+    tier="extended",
+)
 
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
@@ -319,6 +414,12 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             TRAINING_MASKED_SOFTMAX_FUSION,
             TRAINING_APPLY_ROPE_FUSION,
             TRAINING_CROSS_ENTROPY_LOSS_FUSION,
+            *TRAINING_ALIGN.values(),
+            TRAINING_ALIGN_ALL,
+            TRAINING_SCORING_MODE,
+            ROLLOUT_SCORING_MODE,
+            ROLLOUT_LOGITS_DTYPE,
+            TRAINING_LOGITS_DTYPE,
         )
     }
 )
@@ -353,6 +454,8 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         if not isinstance(raw, bool):
             raise KnobValueError(f"expected true or false, got {raw!r}")
         return raw
+    if spec.kind == "arm" and raw is False:
+        return ALIGN_OFF  # YAML's bare ``off``
     if not isinstance(raw, str):
         raise KnobValueError(f"expected a string, got {raw!r}")
     cleaned = raw.strip().lower()
@@ -360,7 +463,7 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         if cleaned not in DTYPE_ALIASES:
             raise KnobValueError(f"unsupported dtype {raw!r}; use float32, bfloat16 or float16")
         return DTYPE_ALIASES[cleaned]
-    if spec.kind == "choice":
+    if spec.kind in ("choice", "arm"):
         choices = spec.choices or {}
         if cleaned not in choices:
             allowed = ", ".join(sorted(set(choices.values())))

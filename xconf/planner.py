@@ -20,6 +20,7 @@ from xconf.knobs import (
     DERIVED_KNOBS,
     KNOBS,
     LOGP_BACKEND,
+    ROLLOUT_SCORING_MODE,
     KnobValue,
     KnobValueError,
     normalize_value,
@@ -115,6 +116,23 @@ def _normalize_baseline(spec: ExperimentSpec, issues: _Issues) -> dict[str, Knob
                 f"the baseline must declare '{path}'",
             )
     return baseline
+
+
+def _check_scoring_mode(
+    spec: ExperimentSpec, baseline: dict[str, KnobValue], issues: _Issues
+) -> None:
+    """The identity declares the baseline's rollout scoring mode; a baseline that declares
+    ``rollout.scoring_mode`` too must say the same (an intervention may change it per case)."""
+    mode = baseline.get(ROLLOUT_SCORING_MODE.path)
+    if mode is not None and mode != spec.identity.scoring_mode:
+        issues.add(
+            "plan.scoring_mode_conflict",
+            f"baseline.{ROLLOUT_SCORING_MODE.path}",
+            f"the baseline declares {ROLLOUT_SCORING_MODE.path}={mode} but "
+            f"identity.scoring_mode is {spec.identity.scoring_mode}: the identity declares the "
+            "baseline's rollout mode; make them agree (an intervention scores its own case in "
+            "the other mode)",
+        )
 
 
 def _normalize_interventions(
@@ -256,6 +274,7 @@ def plan_experiment(
             f"{spec.contract_version}",
         )
     baseline = _normalize_baseline(spec, issues)
+    _check_scoring_mode(spec, baseline, issues)
     declared = _normalize_interventions(spec, baseline, issues)
     pairs = _check_pairs(spec, declared, issues)
     if issues.items:

@@ -333,6 +333,7 @@ class PairedRunner:
                 scores["training"],
                 threshold,
                 self.contract,
+                training_kv_cache_allowed=identity.training_kv_cache_allowed,
             )
         # A failing case is a verdict, never a crashed sweep; a runtime's sys.exit() too (it
         # would end the run with exit 0 and the case unscored). A stop signal is no verdict.

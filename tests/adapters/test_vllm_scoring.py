@@ -78,6 +78,8 @@ def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
     assert bf16["rollout.prefix_cache_hits"] is not None
     assert bf16["rollout.enable_prefix_caching"] is (bf16["rollout.prefix_cache_hits"] > 0)
     assert fp32["rollout.enforce_eager"] is True
+    # the lm_head in the compute dtype, as the engines' workers built it (no head_dtype override)
+    assert fp32["rollout.logits_dtype"] == bf16["rollout.logits_dtype"] == "model"
     assert fp32["rollout.compilation_mode"] == "NONE"
     assert fp32["rollout.tensor_parallel_size"] == 1
     assert fp32["rollout.logprobs_mode"] == "raw_logprobs"

@@ -22,6 +22,17 @@ NEW_KNOBS = {
     "training.param_dtype": "engine_construction",
     "training.reduce_dtype": "engine_construction",
     "training.remove_padding": "engine_construction",
+    "training.scoring_mode": "engine_construction",
+    "rollout.scoring_mode": "engine_construction",
+    "training.align.rms_norm": "engine_construction",
+    "training.align.linear": "engine_construction",
+    "training.align.rotary": "engine_construction",
+    "training.align.attention": "engine_construction",
+    "training.align.activation": "engine_construction",
+    "training.align.logits": "engine_construction",
+    "training.align.all": "engine_construction",
+    "rollout.logits_dtype": "engine_construction",
+    "training.logits_dtype": "engine_construction",
 }
 # Megatron's training side's own (adapters/megatron/handlers.py); vllm_hf has no handler.
 MEGATRON_KNOBS = {
@@ -145,3 +156,41 @@ def test_the_shipped_v2_example_plans_and_is_refused_as_v1(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
         load_experiment_file(tmp_path / "v1.json")
     assert info.value.code == "config.extended_knob_in_v1"
+
+
+def test_a_baseline_scoring_mode_must_agree_with_the_identity_s(s0_doc) -> None:
+    """The identity declares the baseline's rollout mode (every document that sets it plans as
+    before); a baseline that declares rollout.scoring_mode too must say the same, and an
+    intervention scores its own case in the other mode."""
+    s0_doc["schema_version"] = EXPERIMENT_SCHEMA_V2
+    s0_doc["identity"]["scoring_mode"] = "decode"
+    s0_doc["baseline"]["rollout"]["scoring_mode"] = "decode"
+    s0_doc["interventions"] = [{"path": "rollout.scoring_mode", "values": ["prefill"]}]
+    plan = plan_experiment(parse_experiment(s0_doc))
+    assert [c.changed for c in plan.cases] == [(), (("rollout.scoring_mode", "prefill"),)]
+    s0_doc["baseline"]["rollout"]["scoring_mode"] = "prefill"
+    with pytest.raises(PlanError) as info:
+        plan_experiment(parse_experiment(s0_doc))
+    (issue,) = info.value.issues
+    assert (issue.code, issue.path) == (
+        "plan.scoring_mode_conflict",
+        "baseline.rollout.scoring_mode",
+    )
+    assert "identity.scoring_mode is decode" in issue.message
+
+
+def test_an_arm_knob_takes_yaml_s_bare_off(s0_doc) -> None:
+    """YAML reads ``off`` as false: it is the trainer's own kernels, as ``"off"`` is; ``true``
+    is no arm value (an arm names whose kernels run)."""
+    s0_doc["schema_version"] = EXPERIMENT_SCHEMA_V2
+    s0_doc["baseline"]["training"]["align"] = {"rotary": False, "all": "off"}
+    s0_doc["interventions"] = [{"path": "training.align.rotary", "values": ["vllm", True]}]
+    with pytest.raises(PlanError) as info:
+        plan_experiment(parse_experiment(s0_doc))
+    assert [(i.code, i.path) for i in info.value.issues] == [
+        ("plan.wrong_value_type", "interventions[0].values[1]")
+    ]
+    s0_doc["interventions"] = [{"path": "training.align.rotary", "values": ["vllm", "off"]}]
+    plan = plan_experiment(parse_experiment(s0_doc))
+    assert dict(plan.spec.baseline)["training.align.rotary"] == "off"
+    assert [c.changed for c in plan.cases] == [(), (("training.align.rotary", "vllm"),)]

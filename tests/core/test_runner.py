@@ -91,7 +91,20 @@ def test_training_kv_cache_is_invalid_identity(s0_doc, tmp_path, monkeypatch) ->
     summary = run_doc(only(s0_doc), tmp_path)
     assert summary.records[0].result == "invalid_identity"
     doc = attempt_doc(summary, "baseline", "comparison.json")
-    assert doc["identity"]["violations"] == ["training scorer used a KV cache"]
+    assert doc["identity"]["violations"] == [
+        "training scorer used a KV cache, which the identity forbids "
+        "(cache_metadata.training_kv_cache is not 'allowed')"
+    ]
+
+
+def test_training_kv_cache_is_valid_where_the_identity_allows_it(
+    s0_doc, tmp_path, monkeypatch
+) -> None:
+    """The decode scoring mode's KV cache is the identity's to allow (docs/arms.md)."""
+    monkeypatch.setattr(engines.TrainingEngine, "_uses_kv_cache", lambda self: True)
+    s0_doc["identity"]["cache_metadata"] = {"training_kv_cache": "allowed"}
+    (record,) = run_doc(only(s0_doc), tmp_path).records
+    assert record.result == "pass", record
 
 
 def test_state_change_is_invalid_identity(s0_doc, tmp_path, monkeypatch) -> None:

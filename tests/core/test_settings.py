@@ -30,6 +30,7 @@ from xconf.knobs import (
     LOGP_BACKEND,
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
+    TRAINING_ALIGN,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_PARAM_DTYPE,
 )
@@ -101,6 +102,7 @@ def test_the_name_rule_strips_the_side_and_keeps_other_namespaces() -> None:
     assert setting_name(TRAINING_PARAM_DTYPE) == "param_dtype"
     assert setting_name(LOGP_BACKEND) == "logp_backend"
     assert setting_name(BATCH_SIZE) == "batch_size"
+    assert setting_name(TRAINING_ALIGN["rms_norm"]) == "align_rms_norm"  # dots: underscores
 
 
 def test_settings_hold_the_materialized_value_and_defaults_for_the_rest() -> None:

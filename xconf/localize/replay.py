@@ -19,7 +19,7 @@ from typing import Any
 from xconf.canonical import canonical_json
 from xconf.errors import XconfError
 from xconf.experiment import Case, Identity
-from xconf.knobs import BATCH_SIZE, LOGP_BACKEND
+from xconf.knobs import BATCH_SIZE, LOGP_BACKEND, TRAINING_SCORING_MODE
 from xconf.localize.capture import Recorder, Rows
 from xconf.localize.errors import LocalizeError
 from xconf.localize.names import Flavour, NameMap, Tap
@@ -187,6 +187,14 @@ def check_replayable(case: Case) -> None:
             "localize.batch_size_case",
             "localize replays one request at a time, so a batch.size intervention cannot be "
             "localized",
+            f"case {case.case_id}",
+        )
+    if case.knob_dict().get(TRAINING_SCORING_MODE.path) == "decode":
+        raise LocalizeError(
+            "localize.decode_shaped_training",
+            "the case scores the training side in the rollout engine's decode steps; localize "
+            "compares one forward per sample on that side (localize the same arms in "
+            f"{TRAINING_SCORING_MODE.path}=full)",
             f"case {case.case_id}",
         )
 

@@ -75,7 +75,7 @@ class SidePair(Generic[M]):
             self.handlers(),
             case,
             {side: self._specs[side].context(knobs) for side in SIDES},
-            tuple((side, self._specs[side].scorer(identity)) for side in SIDES),
+            tuple((side, self._specs[side].scorer(identity, knobs)) for side in SIDES),
         )
 
     def check(self, shared: M) -> None:

@@ -110,12 +110,16 @@ class TensorParallelRule(Protocol):
 @dataclass(frozen=True)
 class RuntimeView:
     """What a runtime's handlers may read of the runtime binding a case: its kind, its
-    device and, for a runtime that binds against a frozen checkpoint, the checkpoint's
-    tensor-parallel rule (None: no checkpoint frozen, or none that the handlers read)."""
+    device, its rollout side and, for a runtime that binds against a frozen checkpoint, the
+    checkpoint's tensor-parallel rule (None: no checkpoint frozen, or none that the handlers
+    read)."""
 
     runtime_kind: str
     device: str
     model: TensorParallelRule | None = None
+    # The rollout side's package name (``vllm``, ``hf``): a training handler whose knob
+    # mirrors the rollout engine's kernels (the arms) reads which engine that is.
+    rollout_side: str | None = None
 
 
 @dataclass(frozen=True)

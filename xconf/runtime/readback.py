@@ -87,6 +87,14 @@ TRAINING_CROSS_ENTROPY = ReadbackName(
     "the last call's selected-logprob path: Megatron's fused or unfused vocab-parallel "
     "cross entropy, or an operator",
 )
+TRAINING_ARM_MODULES = ReadbackName(
+    "training.arm_modules",
+    "per arm kind, the modules whose live forward computes as vLLM, of those the arms can replace",
+)
+TRAINING_FORWARD_TOKENS = ReadbackName(
+    "training.forward_tokens",
+    "tokens each forward of the last scoring call computed, per request (a GEMM's M)",
+)
 
 READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
     {
@@ -120,6 +128,8 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             TRAINING_REQUEST_SIZES,
             TRAINING_WEIGHTS_VERIFIED,
             TRAINING_CROSS_ENTROPY,
+            TRAINING_ARM_MODULES,
+            TRAINING_FORWARD_TOKENS,
         )
     }
 )

@@ -23,10 +23,11 @@ C = TypeVar("C")
 
 
 def setting_name(spec: KnobSpec) -> str:
-    """The settings field of a knob: its path without the side (``logp.backend`` keeps its
-    namespace: ``logp_backend``)."""
+    """The settings field of a knob: its path without the side, dots as underscores
+    (``training.align.rms_norm`` -> ``align_rms_norm``; ``logp.backend`` keeps its namespace:
+    ``logp_backend``)."""
     head, _, rest = spec.path.partition(".")
-    return rest if head in ("rollout", "training") else spec.path.replace(".", "_")
+    return (rest if head in ("rollout", "training") else spec.path).replace(".", "_")
 
 
 def built_from(config: type[C], settings: Any, **construction: Any) -> C:

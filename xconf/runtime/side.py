@@ -83,7 +83,8 @@ class SideSpec(Generic[S, M]):
     ``readings(live)``: what the side's live state reports beside its knobs
     (``runtime/readback`` names); with the handlers' readings it is the engine's
     ``readback`` (:meth:`readback`). ``context(knobs)``: the distributed context the side
-    runs in for a case's knobs. ``scorer(identity)``: the scorer's name and version.
+    runs in for a case's knobs. ``scorer(identity, knobs)``: the scorer's name and version
+    for a case (a knob may pick another scoring path: ``rollout.scoring_mode``).
     ``shared``: the type of what the side needs from its pairing (the checkpoint both sides
     score); two sides pair only when they need the same. ``max_cached``: engines of this
     side the engine cache keeps (1 where two cannot coexist in one process).
@@ -101,7 +102,7 @@ class SideSpec(Generic[S, M]):
     build: Callable[[S, SideBuild[M]], Engine]
     readings: Callable[[Any], Mapping[str, Any]]
     context: Callable[[Mapping[str, KnobValue]], DistributedContext]
-    scorer: Callable[[Identity], str]
+    scorer: Callable[[Identity, Mapping[str, KnobValue]], str]
     shared: type[M]
     max_cached: int = 4
     distributions: tuple[str, ...] = ()

@@ -154,7 +154,7 @@ class CheckpointRuntime:
         """What the sides' handlers read of this runtime: the frozen checkpoint's facts (its
         TP sizes) once ``freeze_identity`` has frozen one."""
         model = None if self._record is None else self._facts(self._record)
-        return RuntimeView(self.runtime_kind, self.device, model)
+        return RuntimeView(self.runtime_kind, self.device, model, self.sides.names[0])
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         _ = self.record  # a case binds only against the frozen checkpoint (its TP sizes)

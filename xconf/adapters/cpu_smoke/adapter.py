@@ -59,7 +59,7 @@ class CpuSmokeRuntime:
 
     def view(self) -> RuntimeView:
         """What this runtime's handlers read of it."""
-        return RuntimeView(self.runtime_kind, self.device)
+        return RuntimeView(self.runtime_kind, self.device, None, self.sides.names[0])
 
     def bind(self, case: ExecutionCase, identity: Identity) -> RuntimeBinding:
         self._scoring_mode = identity.scoring_mode

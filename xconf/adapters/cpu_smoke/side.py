@@ -115,7 +115,7 @@ ROLLOUT: SideSpec[SyntheticRolloutSettings, SyntheticModel] = SideSpec(
     build=_build_rollout,
     readings=_rollout_readings,
     context=_single_process,
-    scorer=lambda identity: f"synthetic-decode/{identity.scoring_mode}",
+    scorer=lambda identity, knobs: f"synthetic-decode/{identity.scoring_mode}",
     shared=SyntheticModel,
 )
 TRAINING: SideSpec[SyntheticTrainingSettings, SyntheticModel] = SideSpec(
@@ -126,7 +126,7 @@ TRAINING: SideSpec[SyntheticTrainingSettings, SyntheticModel] = SideSpec(
     build=_build_training,
     readings=_training_readings,
     context=_single_process,
-    scorer=lambda identity: "synthetic-teacher-forced",
+    scorer=lambda identity, knobs: "synthetic-teacher-forced",
     shared=SyntheticModel,
 )
 SIDES: Mapping[Side, SideSpec[Any, SyntheticModel]] = {"rollout": ROLLOUT, "training": TRAINING}

@@ -15,8 +15,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from xconf.adapters.hf import reads
+from xconf.adapters.hf.align.handlers import HANDLERS as ALIGN_HANDLERS
 from xconf.knobs import (
+    ALIGN_VLLM,
     BATCH_SIZE,
+    LOGITS_FLOAT32,
+    LOGITS_MODEL,
     ROLLOUT_BATCH_INVARIANT,
     ROLLOUT_CONTEXT_PARALLEL_SIZE,
     ROLLOUT_DTYPE,
@@ -24,10 +28,15 @@ from xconf.knobs import (
     ROLLOUT_ENABLE_PREFIX_CACHING,
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_SCORING_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
+    TRAINING_ALIGN,
+    TRAINING_ALIGN_ALL,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
+    TRAINING_LOGITS_DTYPE,
     TRAINING_PARAM_DTYPE,
     TRAINING_REDUCE_DTYPE,
     TRAINING_REMOVE_PADDING,
@@ -90,6 +99,36 @@ def _remove_padding(request: KnobRequest) -> KnobApplication:
     )
 
 
+def _logits_dtype(request: KnobRequest) -> KnobApplication:
+    """The lm_head's dtype on a transformers scorer (the training side's, and the reference's
+    on hf_pair's rollout side: each reads its own compute dtype)."""
+    if request.value == LOGITS_MODEL:
+        return request.applied("the lm_head in the compute dtype; the log-softmax in float32")
+    dtype = ROLLOUT_DTYPE if request.side == "rollout" else TRAINING_COMPUTE_DTYPE
+    if request.knobs.get(dtype.path) == LOGITS_FLOAT32:
+        return request.applied_as(
+            LOGITS_MODEL, "the model computes in float32: its lm_head already does"
+        )
+    if request.side == "training":
+        if request.knobs.get(TRAINING_SHARDING.path, "unsharded") != "unsharded":
+            return request.unsupported("a float32 lm_head is built here on an unsharded model")
+        arms = (
+            request.knobs.get(TRAINING_ALIGN["logits"].path),
+            request.knobs.get(TRAINING_ALIGN_ALL.path),
+        )
+        if ALIGN_VLLM in arms:
+            return request.unsupported(
+                "the logits arm computes the lm_head as the rollout's vLLM does: set "
+                f"{ROLLOUT_LOGITS_DTYPE.path} for a float32 head on both sides"
+            )
+    return request.applied(
+        "the lm_head's forward casts hidden states and weight to float32 (F.linear), as vLLM's "
+        "LogitsProcessor does under head_dtype=float32; the log-softmax in float32"
+    )
+
+
+LOGITS_DTYPE = KnobHandler(_logits_dtype, reads.logits_dtype)
+
 TRAINING: Mapping[str, KnobHandler] = MappingProxyType(
     {
         BATCH_SIZE.path: CHUNKED_REQUESTS,
@@ -100,6 +139,9 @@ TRAINING: Mapping[str, KnobHandler] = MappingProxyType(
         TRAINING_PARAM_DTYPE.path: KnobHandler(_mixed_precision, reads.param_dtype),
         TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision, reads.reduce_dtype),
         TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding, reads.remove_padding),
+        TRAINING_LOGITS_DTYPE.path: LOGITS_DTYPE,
+        # the replacement arms and the scoring shape (align/handlers.py, docs/arms.md)
+        **ALIGN_HANDLERS,
     }
 )
 
@@ -153,6 +195,12 @@ REFERENCE: Mapping[str, KnobHandler] = MappingProxyType(
         ROLLOUT_BATCH_INVARIANT.path: _fixed(
             False, "the reference scorer has no batch-invariant mode", _constant(False)
         ),
+        ROLLOUT_SCORING_MODE.path: _fixed(
+            "prefill",
+            "the reference scorer scores the whole frozen sequence in one teacher-forced pass",
+            _constant("prefill"),
+        ),
+        ROLLOUT_LOGITS_DTYPE.path: LOGITS_DTYPE,
         BATCH_SIZE.path: CHUNKED_REQUESTS,
     }
 )

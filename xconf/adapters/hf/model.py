@@ -8,9 +8,17 @@ from typing import Any
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
 from xconf.adapters.hf.settings import HfSettings
 from xconf.knobs import (
+    ALIGN_KINDS,
+    ALIGN_OFF,
+    ALIGN_PREFIX,
+    ALIGN_VLLM,
     DTYPES,
+    LOGITS_DTYPE_CHOICES,
+    LOGITS_FLOAT32,
     TRAINING_ATTENTION_BACKEND,
     TRAINING_COMPUTE_DTYPE,
+    TRAINING_LOGITS_DTYPE,
+    TRAINING_SCORING_MODE,
     TRAINING_SHARDING,
     KnobValueError,
     canonical,
@@ -58,12 +66,33 @@ class TrainingScorerConfig:
     # Score each request as one packed row (per-sample positions, no padding, no mask).
     remove_padding: bool = _SETTINGS.remove_padding
     trust_remote_code: bool = False
+    # The scoring shape: ``full`` (one teacher-forced forward per request) or ``decode`` (the
+    # rollout engine's steps over a KV cache); the replacement arms (docs/arms.md), one
+    # setting per kind and the full arm (``align``: the kinds they install).
+    scoring_mode: str = _SETTINGS.scoring_mode
+    align_rms_norm: str = _SETTINGS.align_rms_norm
+    align_linear: str = _SETTINGS.align_linear
+    align_rotary: str = _SETTINGS.align_rotary
+    align_attention: str = _SETTINGS.align_attention
+    align_activation: str = _SETTINGS.align_activation
+    align_logits: str = _SETTINGS.align_logits
+    align_all: str = _SETTINGS.align_all
+    # The lm_head's dtype: ``model`` (the compute dtype) or ``float32`` (``head.py``).
+    logits_dtype: str = _SETTINGS.logits_dtype
 
     @classmethod
     def from_settings(cls, settings: HfSettings, **construction: Any) -> TrainingScorerConfig:
         """The scorer built for the side's settings: every setting that is a field here, by
         name (``SETTINGS_NOT_BUILT`` are none), and where the model comes from."""
         return built_from(cls, settings, **construction)
+
+    @property
+    def align(self) -> tuple[str, ...]:
+        """The arm kinds the scorer installs, in ``ALIGN_KINDS`` order (every kind under the
+        full arm)."""
+        if self.align_all == ALIGN_VLLM:
+            return ALIGN_KINDS
+        return tuple(k for k in ALIGN_KINDS if getattr(self, f"align_{k}") == ALIGN_VLLM)
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -85,6 +114,7 @@ class TrainingScorerConfig:
                 TRAINING_COMPUTE_DTYPE.path,
             )
         sharding = normalize_sharding(self.sharding)
+        self._validate_shaping(sharding)
         for name in ("param_dtype", "reduce_dtype"):
             value = getattr(self, name)
             if value != "none" and value not in DTYPES:
@@ -97,6 +127,41 @@ class TrainingScorerConfig:
                     f"{name}={value} is an FSDP2 MixedPrecisionPolicy; the model is unsharded",
                     f"training.{name}",
                 )
+
+    def _validate_shaping(self, sharding: str) -> None:
+        for kind in (*ALIGN_KINDS, "all"):
+            value = getattr(self, f"align_{kind}")
+            if value not in (ALIGN_OFF, ALIGN_VLLM):
+                raise UnsupportedKnobError(
+                    "unsupported_value",
+                    f"arm value {value!r} (values: {ALIGN_OFF}, {ALIGN_VLLM})",
+                    f"{ALIGN_PREFIX}.{kind}",
+                )
+        if self.scoring_mode not in TRAINING_SCORING_MODE.choices.values():  # type: ignore[union-attr]
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"scoring mode {self.scoring_mode!r}",
+                TRAINING_SCORING_MODE.path,
+            )
+        if self.logits_dtype not in LOGITS_DTYPE_CHOICES.values():
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"logits dtype {self.logits_dtype!r}",
+                TRAINING_LOGITS_DTYPE.path,
+            )
+        if self.logits_dtype == LOGITS_FLOAT32 and (sharding == "fsdp" or "logits" in self.align):
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                "a float32 lm_head is built on an unsharded model without the logits arm",
+                TRAINING_LOGITS_DTYPE.path,
+            )
+        if sharding == "fsdp" and (self.align or self.scoring_mode != "full"):
+            raise UnsupportedKnobError(
+                "arm.unsupported",
+                "the arms and the decode mode replace forwards of an unsharded model; FSDP2 "
+                "wraps them",
+                TRAINING_SHARDING.path,
+            )
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:

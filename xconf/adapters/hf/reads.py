@@ -44,3 +44,9 @@ def remove_padding(live: ScorerState) -> bool | None:
 def unsharded_ranks(live: ScorerState) -> int | None:
     """One rank when the scorer is one unsharded module (the reference's TP)."""
     return 1 if live.model.sharding == "unsharded" else None
+
+
+def logits_dtype(live: ScorerState) -> str | None:
+    """What the lm_head returned in the last call: ``model`` or ``float32`` (None: nothing
+    scored yet, or both)."""
+    return live.logits_dtype

@@ -15,6 +15,9 @@ from typing import Any
 
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
+from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
+from xconf.adapters.hf.head import HeadDtypes, install_float32_head
+from xconf.adapters.hf.layout import lay_out
 from xconf.adapters.hf.model import (
     ModelState,
     TrainingScorerConfig,
@@ -32,8 +35,14 @@ from xconf.adapters.hf.readonly import (
     restore_modes,
     state_digest,
 )
-from xconf.knobs import LOGP_BACKEND
-from xconf.runtime.readback import TRAINING_REQUEST_SIZES, TRAINING_STATE_DIGEST
+from xconf.adapters.hf.shaped import Shaping
+from xconf.knobs import LOGITS_FLOAT32, LOGP_BACKEND
+from xconf.runtime.readback import (
+    TRAINING_ARM_MODULES,
+    TRAINING_FORWARD_TOKENS,
+    TRAINING_REQUEST_SIZES,
+    TRAINING_STATE_DIGEST,
+)
 
 SelectedLogprobOp = Callable[[Any, Any, Any], Any]
 
@@ -70,44 +79,21 @@ class TrainingScore:
     digest_after: StateDigest
     mode_restored: bool
     request_sizes: tuple[int, ...]
-    layouts: tuple[str, ...] = ()  # "padded" or "packed", per forward
+    layouts: tuple[str, ...] = ()  # "padded" or "packed", per request
+    forward_tokens: tuple[tuple[int, ...], ...] = ()  # per request: tokens of each forward
 
 
-def _padded(samples: list[Any], pad_token_id: int) -> tuple[Any, Any, Any, Any, Any]:
-    """[b, W] right-padded ids, attention mask, positions; (row, column) of every scored token.
-
-    Column t of row r predicts token t + 1 of sample r (teacher forcing).
-    """
+def _scored(samples: list[Any], pad_token_id: int, packed: bool) -> tuple[Any, Any, Any, Any, Any]:
+    """The request laid out (``layout.lay_out``), and the (row, column) of every scored token:
+    column ``c + t`` of a sample's row predicts its token ``t + 1`` (teacher forcing)."""
     import torch
 
-    width = max(s.length for s in samples)
-    ids = torch.full((len(samples), width), pad_token_id, dtype=torch.long)
-    attn = torch.zeros((len(samples), width), dtype=torch.long)
-    pos = torch.zeros((len(samples), width), dtype=torch.long)
-    for r, s in enumerate(samples):
-        ids[r, : s.length] = torch.tensor(s.token_ids)
-        attn[r, : s.length] = 1
-        pos[r, : s.length] = torch.arange(s.length)
-    rows = torch.cat([torch.full((s.length - 1,), r) for r, s in enumerate(samples)])
-    cols = torch.cat([torch.arange(s.length - 1) for s in samples])
-    return ids, attn, pos, rows, cols
-
-
-def _packed(samples: list[Any]) -> tuple[Any, None, Any, Any, Any]:
-    """One [1, sum(len)] row of the samples back to back, positions restarting per sample.
-
-    No attention mask: transformers derives the per-sample causal blocks from the positions
-    (masking_utils.find_packed_sequence_indices), so no token attends across samples.
-    """
-    import torch
-
-    ids = torch.tensor([[t for s in samples for t in s.token_ids]], dtype=torch.long)
-    pos = torch.cat([torch.arange(s.length) for s in samples]).unsqueeze(0)
-    starts = [sum(x.length for x in samples[:r]) for r in range(len(samples))]
+    laid = lay_out([s.token_ids for s in samples], pad_token_id, packed)
+    rows = torch.cat([torch.full((s.length - 1,), laid.rows[r]) for r, s in enumerate(samples)])
     cols = torch.cat(
-        [torch.arange(st, st + s.length - 1) for st, s in zip(starts, samples, strict=True)]
+        [torch.arange(laid.cols[r], laid.cols[r] + s.length - 1) for r, s in enumerate(samples)]
     )
-    return ids, None, pos, torch.zeros_like(cols), cols
+    return laid.ids, laid.mask, laid.positions, rows, cols
 
 
 def teacher_forced_scores(
@@ -116,10 +102,15 @@ def teacher_forced_scores(
     batch_size: int,
     op: SelectedLogprobOp | None = None,
     remove_padding: bool = False,
+    shaping: Shaping | None = None,
 ) -> TrainingScore:
-    """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched."""
+    """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched.
+
+    ``shaping``: the model carries the forwards of arms or of the decode mode, which
+    ``shaped.Shaping`` drives (None: one plain teacher-forced forward per request)."""
     import torch
 
+    native = op is None
     op = op or native_selected_logprob
     device = next(model.parameters()).device
     before = state_digest(model)
@@ -127,15 +118,28 @@ def teacher_forced_scores(
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     sizes: list[int] = []
     layouts: list[str] = []
+    tokens: list[tuple[int, ...]] = []
     try:
         model.eval()
         with torch.no_grad():
             for chunk in batch.chunks(batch_size):
                 samples = [batch.samples[i] for i in chunk]
-                if remove_padding:
-                    ids, attn, pos, rows, cols = _packed(samples)
-                else:
-                    ids, attn, pos, rows, cols = _padded(samples, batch.pad_token_id)
+                sizes.append(len(samples))
+                layouts.append("packed" if remove_padding else "padded")
+                if shaping is not None:
+                    scored = shaping.chunk(
+                        model,
+                        samples,
+                        batch.pad_token_id,
+                        lambda logits, targets, active: _selected(op, logits, targets, active),
+                        native,
+                        remove_padding,
+                    )
+                    for i, values in zip(chunk, scored.values, strict=True):
+                        per_sample[i] = values
+                    tokens.append(scored.forward_tokens)
+                    continue
+                ids, attn, pos, rows, cols = _scored(samples, batch.pad_token_id, remove_padding)
                 # The scored token's index inside its own sample, and whether it is a response.
                 offsets = torch.tensor(
                     [t for s in samples for t in range(s.length - 1)], dtype=torch.long
@@ -144,8 +148,7 @@ def teacher_forced_scores(
                     [torch.full((s.length - 1,), len(s.prompt_ids) - 1) for s in samples]
                 )
                 active = offsets >= prompt
-                sizes.append(len(samples))
-                layouts.append("packed" if remove_padding else "padded")
+                tokens.append((int(ids.numel()),))
                 out = model(
                     input_ids=ids.to(device),
                     attention_mask=None if attn is None else attn.to(device),
@@ -173,6 +176,7 @@ def teacher_forced_scores(
         mode_restored=mode_snapshot(model) == modes,
         request_sizes=tuple(sizes),
         layouts=tuple(layouts),
+        forward_tokens=tuple(tokens),
     )
 
 
@@ -185,6 +189,11 @@ class ScorerState:
     request_sizes: tuple[int, ...]  # samples per forward, per request of the last call
     requested_batch_size: int | None  # the batch size the last call asked for
     layouts: tuple[str, ...]  # per request: ``packed`` (one row) or ``padded`` (a batch)
+    arms: tuple[ArmCount, ...] = ()  # per kind: modules computing as vLLM, of the model's
+    scoring_modes: tuple[str, ...] = ()  # per request of the last call: ``full`` or ``decode``
+    decode_ready: bool = False  # every attention module runs the decode mode's forward
+    forward_tokens: tuple[tuple[int, ...], ...] = ()
+    logits_dtype: str | None = None  # the head's outputs in the last call (``head.py``)
 
     def readings(self) -> dict[str, Any]:
         """What the scorer reports beside its knobs (``runtime/readback`` names)."""
@@ -192,7 +201,26 @@ class ScorerState:
             **self.model.readings,
             TRAINING_STATE_DIGEST.name: self.state_digest,
             TRAINING_REQUEST_SIZES.name: list(self.request_sizes),
+            TRAINING_ARM_MODULES.name: ", ".join(a.text() for a in self.arms),
+            TRAINING_FORWARD_TOKENS.name: _tokens_text(self.forward_tokens),
         }
+
+
+def _tokens_text(per_request: tuple[tuple[int, ...], ...]) -> str:
+    """``582+95x4; 588+95x4`` (a request's forwards; a run of equal ones as ``count x n``)."""
+
+    def runs(tokens: tuple[int, ...]) -> str:
+        parts: list[str] = []
+        i = 0
+        while i < len(tokens):
+            j = i
+            while j < len(tokens) and tokens[j] == tokens[i]:
+                j += 1
+            parts.append(str(tokens[i]) if j - i == 1 else f"{j - i}x{tokens[i]}")
+            i = j
+        return "+".join(parts)
+
+    return "; ".join(runs(t) for t in per_request)
 
 
 class HFTrainingScorer:
@@ -207,18 +235,41 @@ class HFTrainingScorer:
         self.last_request_size: int | None = None
         self.request_sizes: list[int] = []
         self.layouts: list[str] = []
+        self.scoring_modes: list[str] = []
+        self.forward_tokens: list[tuple[int, ...]] = []
         if self.sharding == "fsdp":
             policy = mixed_precision(cfg.param_dtype, cfg.reduce_dtype)
             self.distributed = apply_fsdp2(self.model, cfg.device, group, policy)
+        decode = cfg.scoring_mode == "decode"
+        self.shaping: Shaping | None = None
+        if cfg.align or decode:
+            from xconf.adapters.hf.align.apply import install
+
+            install(self.model, cfg.align, decode, cfg.device)
+            self.shaping = Shaping(frozenset(cfg.align), decode)
+        if cfg.logits_dtype == LOGITS_FLOAT32:
+            install_float32_head(self.model)
+        self.head_dtypes = HeadDtypes(self.model)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
     ) -> TrainingScore:
-        score = teacher_forced_scores(self.model, batch, batch_size, op, self.cfg.remove_padding)
+        self.head_dtypes.clear()
+        score = teacher_forced_scores(
+            self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping
+        )
         self.last_request_size = batch_size
         self.request_sizes = list(score.request_sizes)
         self.layouts = list(score.layouts)
+        mode = "decode" if self.shaping is not None and self.shaping.decode else "full"
+        self.scoring_modes = [mode] * len(score.request_sizes)
+        self.forward_tokens = list(score.forward_tokens)
         return score
+
+    @property
+    def uses_kv_cache(self) -> bool:
+        """The decode mode attends over each sample's KV cache; a full forward has none."""
+        return self.shaping is not None and self.shaping.decode
 
     def live(self) -> ScorerState:
         """The scorer's live state: its model as it is now and the forwards it ran."""
@@ -228,4 +279,9 @@ class HFTrainingScorer:
             tuple(self.request_sizes),
             self.last_request_size,
             tuple(self.layouts),
+            arm_counts(self.model),
+            tuple(self.scoring_modes),
+            decode_ready(self.model),
+            tuple(self.forward_tokens),
+            self.head_dtypes.reading(),
         )

@@ -31,6 +31,27 @@ class HfSettings:
     remove_padding: bool = False
     """``training.remove_padding``: score each request as one packed row (per-sample
     positions, no padding) instead of a right-padded batch."""
+    scoring_mode: str = "full"
+    """``training.scoring_mode``: ``full`` (one teacher-forced forward per request) or
+    ``decode`` (token by token over a KV cache, in the rollout engine's step shapes)."""
+    align_rms_norm: str = "off"
+    """``training.align.rms_norm``: ``vllm``: RMS norms and fused residual adds as vLLM's."""
+    align_linear: str = "off"
+    """``training.align.linear``: ``vllm``: linear layers through vLLM's GEMM and fused
+    weights."""
+    align_rotary: str = "off"
+    """``training.align.rotary``: ``vllm``: vLLM's rotary embedding (its cos/sin cache)."""
+    align_attention: str = "off"
+    """``training.align.attention``: ``vllm``: vLLM's CPU attention over a paged KV cache."""
+    align_activation: str = "off"
+    """``training.align.activation``: ``vllm``: vLLM's SiluAndMul."""
+    align_logits: str = "off"
+    """``training.align.logits``: ``vllm``: vLLM's logits processor and raw logprobs."""
+    align_all: str = "off"
+    """``training.align.all``: ``vllm``: every kind above (the full arm)."""
+    logits_dtype: str = "model"
+    """``training.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute
+    dtype) or ``float32`` (hidden states and weight cast first, ``head.py``)."""
 
 
 @dataclass(frozen=True)
@@ -60,3 +81,7 @@ class ReferenceSettings:
     """``rollout.max_num_batched_tokens``: no scheduler budget."""
     batch_invariant: bool = False
     """``rollout.batch_invariant``: no batch-invariant mode."""
+    scoring_mode: str = "prefill"
+    """``rollout.scoring_mode``: the whole frozen sequence in one teacher-forced pass."""
+    logits_dtype: str = "model"
+    """``rollout.logits_dtype``: the reference's lm_head dtype (``model`` or ``float32``)."""

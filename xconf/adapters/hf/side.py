@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from xconf.adapters.checkpoint.shared import CheckpointModel
 from xconf.adapters.hf import handlers, reads
+from xconf.adapters.hf.align.handlers import training_scorer
 from xconf.adapters.hf.settings import HfSettings, ReferenceSettings
 from xconf.knobs import KnobValue, side_worlds
 from xconf.operators.catalog import Side
@@ -77,7 +78,7 @@ TRAINING: SideSpec[HfSettings, CheckpointModel] = SideSpec(
     build=_build_training,
     readings=_training_readings,
     context=_training_context,
-    scorer=lambda identity: f"transformers-teacher-forced/{VERSION}",
+    scorer=lambda identity, knobs: f"transformers-{training_scorer(knobs)}/{VERSION}",
     shared=CheckpointModel,
     distributions=DISTRIBUTIONS,
 )
@@ -92,6 +93,7 @@ def _build_reference(settings: ReferenceSettings, build: SideBuild[CheckpointMod
         compute_dtype=settings.dtype,
         attention_backend="sdpa",
         sharding="unsharded",
+        logits_dtype=settings.logits_dtype,
         device=shared.device,
         trust_remote_code=shared.trust_remote_code,
     )
@@ -119,7 +121,7 @@ REFERENCE: SideSpec[ReferenceSettings, CheckpointModel] = SideSpec(
     build=_build_reference,
     readings=_reference_readings,
     context=_reference_context,
-    scorer=lambda identity: f"transformers-reference/{VERSION}",
+    scorer=lambda identity, knobs: f"transformers-reference/{VERSION}",
     shared=CheckpointModel,
     max_cached=2,
     distributions=DISTRIBUTIONS,

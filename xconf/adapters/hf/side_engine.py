@@ -44,7 +44,8 @@ class HfScorerSide(FrozenSide):
             state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
             state_digest_after=f"{result.digest_after.parameters}:{result.digest_after.buffers}",
             mode_restored=result.mode_restored,
-            used_kv_cache=False,  # use_cache=False, full teacher-forced pass
+            # a full pass runs use_cache=False; the decode mode attends over KV caches
+            used_kv_cache=self.scorer.uses_kv_cache,
             generated_tokens=False,
         )
         return result.logprobs, evidence

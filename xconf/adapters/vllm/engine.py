@@ -27,8 +27,11 @@ from xconf.adapters.vllm.settings import VllmSettings
 from xconf.adapters.vllm.state import VllmState
 from xconf.knobs import (
     DTYPES,
+    LOGITS_DTYPE_CHOICES,
+    LOGITS_FLOAT32,
     LOGP_BACKEND,
     ROLLOUT_DTYPE,
+    ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
 )
 from xconf.runtime.readback import (
@@ -71,6 +74,7 @@ class RolloutEngineConfig:
     enable_chunked_prefill: bool | None = _SETTINGS.enable_chunked_prefill
     max_num_batched_tokens: int | None = _SETTINGS.max_num_batched_tokens
     batch_invariant: bool = _SETTINGS.batch_invariant
+    logits_dtype: str = _SETTINGS.logits_dtype
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
 
@@ -109,6 +113,12 @@ class RolloutEngineConfig:
                 "external_launcher needs the engine core in-process",
                 ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
+        if self.logits_dtype not in LOGITS_DTYPE_CHOICES.values():
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"logits dtype {self.logits_dtype!r}",
+                ROLLOUT_LOGITS_DTYPE.path,
+            )
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
                 "unsupported_value",
@@ -117,8 +127,11 @@ class RolloutEngineConfig:
             )
 
 
-# The vLLM side's settings no engine field holds (``tests/core/test_settings.py`` checks it).
-SETTINGS_NOT_BUILT = frozenset({"batch_size", "logp_backend", "context_parallel_size"})
+# The vLLM side's settings no engine field holds (``tests/core/test_settings.py`` checks it):
+# the scoring mode is how a score call asks (``side_engine.VllmRolloutSide``), not the engine.
+SETTINGS_NOT_BUILT = frozenset(
+    {"batch_size", "logp_backend", "context_parallel_size", "scoring_mode"}
+)
 
 
 def _worker_state(worker: Any) -> dict[str, Any]:
@@ -158,7 +171,14 @@ def _worker_state(worker: Any) -> dict[str, Any]:
         "compute_dtype": str(worker.model_runner.model_config.dtype).removeprefix("torch."),
         "device": str(next(model.parameters()).device),
         "model_class": type(model).__name__,
+        # The dtype the logits processor projects the lm_head in (None: no logits processor).
+        "head_dtype": _head_dtype(model),
     }
+
+
+def _head_dtype(model: Any) -> str | None:
+    head = getattr(getattr(model, "logits_processor", None), "head_dtype", None)
+    return None if head is None else str(head).removeprefix("torch.")
 
 
 def _vocab_shard(model: Any, tp_rank: int) -> dict[str, int] | None:
@@ -227,6 +247,9 @@ class VllmRolloutEngine:
             logits_processors=[FORCED_TOKENS_PROCESSOR],
         )
         kwargs["kv_cache_dtype"] = cfg.kv_cache_dtype
+        if cfg.logits_dtype == LOGITS_FLOAT32:
+            # vLLM's LogitsProcessor then casts the hidden states and lm_head to float32
+            kwargs["hf_overrides"] = {"head_dtype": LOGITS_FLOAT32}
         if cfg.enable_chunked_prefill is not None:
             kwargs["enable_chunked_prefill"] = cfg.enable_chunked_prefill
         if cfg.max_num_batched_tokens is not None:
@@ -280,6 +303,7 @@ class VllmRolloutEngine:
         self._closed = False
         _LIVE.add(self)
         self.last_batch_size: int | None = None  # the chunking of the last score call
+        self.last_scoring_mode: str | None = None  # decode or prefill, of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
         # Prompt tokens the scored pass took from the prefix cache (None: not scored yet).
         self.prefix_cache_hits: int | None = None
@@ -316,13 +340,17 @@ class VllmRolloutEngine:
             raise ScoringError("engine_closed", "readback on a closed engine", "runtime.rollout")
         config = self.llm.llm_engine.vllm_config
         served = (self.prefix_cache_hits, tuple(self.request_sizes), self.last_batch_size)
-        reused = self.tokenizer_reused
+        reused, mode = self.tokenizer_reused, self.last_scoring_mode
         try:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
             failed = f"{type(exc).__name__}: {exc}"
-            return VllmState(config, *served, None, failed, tokenizer_reused=reused)
-        return VllmState(config, *served, tuple(workers), tokenizer_reused=reused)
+            return VllmState(
+                config, *served, None, failed, tokenizer_reused=reused, scoring_mode=mode
+            )
+        return VllmState(
+            config, *served, tuple(workers), tokenizer_reused=reused, scoring_mode=mode
+        )
 
     def close(self) -> None:
         """Shut the engine down and release the distributed state it created."""

@@ -17,6 +17,8 @@ from xconf.adapters.vllm import reads
 from xconf.adapters.vllm.placement import rollout_executor
 from xconf.knobs import (
     BATCH_SIZE,
+    LOGITS_FLOAT32,
+    LOGITS_MODEL,
     ROLLOUT_BATCH_INVARIANT,
     ROLLOUT_CONTEXT_PARALLEL_SIZE,
     ROLLOUT_DTYPE,
@@ -24,7 +26,9 @@ from xconf.knobs import (
     ROLLOUT_ENABLE_PREFIX_CACHING,
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
+    ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_SCORING_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
 )
 from xconf.runtime.protocol import (
@@ -107,6 +111,25 @@ def _batch_invariant(request: KnobRequest) -> KnobApplication:
     return request.applied(f"VLLM_BATCH_INVARIANT={int(bool(request.value))} for the engine")
 
 
+def _scoring_mode(request: KnobRequest) -> KnobApplication:
+    if request.value == "prefill":
+        return request.applied("the whole frozen sequence as a prompt, scored by prompt_logprobs")
+    return request.applied("forced decoding of the frozen response, vLLM's raw logprobs")
+
+
+def _logits_dtype(request: KnobRequest) -> KnobApplication:
+    if request.value == LOGITS_MODEL:
+        return request.applied("the lm_head in the compute dtype; vLLM's log-softmax in float32")
+    if request.knobs.get(ROLLOUT_DTYPE.path) == LOGITS_FLOAT32:
+        return request.applied_as(
+            LOGITS_MODEL, "the model computes in float32: its lm_head already does"
+        )
+    return request.applied(
+        "vLLM engine built with hf_overrides={'head_dtype': 'float32'}: the LogitsProcessor "
+        "casts hidden states and lm_head weight to float32; its log-softmax is float32"
+    )
+
+
 CONTRACT: Mapping[str, KnobHandler] = {
     BATCH_SIZE.path: CHUNKED_REQUESTS,
     ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_tensor_parallel, reads.WORKER_TP),
@@ -120,5 +143,7 @@ EXTENDED: Mapping[str, KnobHandler] = {
     ROLLOUT_ENABLE_CHUNKED_PREFILL.path: KnobHandler(_scheduler, reads.chunked_prefill),
     ROLLOUT_MAX_NUM_BATCHED_TOKENS.path: KnobHandler(_scheduler, reads.max_num_batched_tokens),
     ROLLOUT_BATCH_INVARIANT.path: KnobHandler(_batch_invariant, reads.WORKER_BATCH_INVARIANT),
+    ROLLOUT_SCORING_MODE.path: KnobHandler(_scoring_mode, reads.rollout_scoring_mode),
+    ROLLOUT_LOGITS_DTYPE.path: KnobHandler(_logits_dtype, reads.WORKER_LOGITS_DTYPE),
 }
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType({**CONTRACT, **EXTENDED})

@@ -33,6 +33,18 @@ WORKER_KV_CACHE_DTYPE = from_workers(lambda w: w["kv_cache_dtypes"])
 WORKER_BATCH_INVARIANT = from_workers(lambda w: (w["batch_invariant"],))
 
 
+def _logits_dtype(worker: dict[str, Any]) -> tuple[str | None]:
+    """``model`` where the lm_head projects in the compute dtype, ``float32`` where vLLM casts
+    it up to float32 (None: no logits processor, or another dtype)."""
+    head, compute = worker.get("head_dtype"), worker.get("compute_dtype")
+    if head is None:
+        return (None,)
+    return ("model" if head == compute else ("float32" if head == "float32" else None),)
+
+
+WORKER_LOGITS_DTYPE = from_workers(_logits_dtype)
+
+
 def prefix_caching(live: VllmState) -> bool:
     """On only when the scored pass hit the cache: an engine configured for it that served
     no cached token measured the uncached path."""
@@ -53,3 +65,8 @@ def chunked_prefill(live: VllmState) -> bool:
 
 def max_num_batched_tokens(live: VllmState) -> int:
     return int(live.config.scheduler_config.max_num_batched_tokens)
+
+
+def rollout_scoring_mode(live: VllmState) -> str | None:
+    """How the engine's last scored pass asked for logprobs (None: not scored yet)."""
+    return live.scoring_mode

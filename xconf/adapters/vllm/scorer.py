@@ -219,6 +219,7 @@ def score_frozen(
         engine.request_sizes = []
         engine.prefix_cache_hits = None
     engine.last_batch_size = batch_size
+    engine.last_scoring_mode = mode
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     for chunk in batch.chunks(batch_size):
         scored = scorer(engine, [batch.samples[i] for i in chunk], op)

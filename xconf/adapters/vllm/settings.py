@@ -39,3 +39,9 @@ class VllmSettings:
     engine's default)."""
     batch_invariant: bool = False
     """``rollout.batch_invariant``: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)."""
+    scoring_mode: str | None = None
+    """``rollout.scoring_mode``: ``decode`` (forced decoding) or ``prefill`` (prompt logprobs
+    in one pass); None: the identity's ``scoring_mode``."""
+    logits_dtype: str = "model"
+    """``rollout.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute dtype)
+    or ``float32`` (vLLM's ``head_dtype`` override: hidden states and weight cast first)."""

@@ -18,7 +18,8 @@ from xconf.adapters.vllm.handlers import HANDLERS
 from xconf.adapters.vllm.placement import rollout_executor
 from xconf.adapters.vllm.settings import VllmSettings
 from xconf.adapters.vllm.side_engine import rollout_readings
-from xconf.knobs import ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue
+from xconf.experiment import Identity
+from xconf.knobs import ROLLOUT_SCORING_MODE, ROLLOUT_TENSOR_PARALLEL_SIZE, KnobValue
 from xconf.operators.catalog import Side
 from xconf.runtime.protocol import Engine
 from xconf.runtime.ranks import rank, world_size
@@ -49,10 +50,12 @@ def _build(settings: VllmSettings, build: SideBuild[CheckpointModel]) -> Engine:
         **options,
     )
     if executor == "external_launcher":  # one TP rank on every launched rank
-        return VllmRolloutSide(cfg, VLLM.readback)
+        return VllmRolloutSide(cfg, VLLM.readback, scoring_mode=settings.scoring_mode)
     # The engine (with its own TP workers) lives on rank 0 alone; a larger launched world is
     # the training side's, and its other ranks receive rank 0's score.
-    return OnSideRanks.on(1, lambda _group: VllmRolloutSide(cfg, VLLM.readback))
+    return OnSideRanks.on(
+        1, lambda _group: VllmRolloutSide(cfg, VLLM.readback, scoring_mode=settings.scoring_mode)
+    )
 
 
 def _context(knobs: Mapping[str, KnobValue]) -> DistributedContext:
@@ -73,6 +76,11 @@ def _context(knobs: Mapping[str, KnobValue]) -> DistributedContext:
     )
 
 
+def _scorer(identity: Identity, knobs: Mapping[str, KnobValue]) -> str:
+    """The case's ``rollout.scoring_mode`` where it declares one, else the identity's."""
+    return f"vllm-{knobs.get(ROLLOUT_SCORING_MODE.path, identity.scoring_mode)}/{VERSION}"
+
+
 VLLM: SideSpec[VllmSettings, CheckpointModel] = SideSpec(
     name="vllm",
     side="rollout",
@@ -81,7 +89,7 @@ VLLM: SideSpec[VllmSettings, CheckpointModel] = SideSpec(
     build=_build,
     readings=rollout_readings,
     context=_context,
-    scorer=lambda identity: f"vllm-{identity.scoring_mode}/{VERSION}",
+    scorer=_scorer,
     shared=CheckpointModel,
     # In-process vLLM engines share process-wide state: one rollout engine at a time.
     max_cached=1,

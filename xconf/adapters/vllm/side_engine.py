@@ -85,11 +85,14 @@ class VllmRolloutSide(FrozenSide):
         cfg: Any,
         readback: Callable[[VllmState], Mapping[str, ReadbackValue]],
         engine_class: type[Any] | None = None,
+        scoring_mode: str | None = None,
     ) -> None:
         from xconf.adapters.vllm.engine import VllmRolloutEngine
 
         self.engine = (engine_class or VllmRolloutEngine)(cfg)
         self._readback = readback
+        # rollout.scoring_mode where the case declares it; None: the identity's
+        self.scoring_mode = scoring_mode
 
     def _weights(self) -> str:
         digests = self.engine.llm.collective_rpc(_worker_weight_digest)
@@ -105,7 +108,8 @@ class VllmRolloutSide(FrozenSide):
         from xconf.adapters.vllm.scorer import score_frozen
 
         before = self._weights()
-        logprobs = score_frozen(self.engine, batch, identity.scoring_mode, batch_size, operator)
+        mode = self.scoring_mode or identity.scoring_mode
+        logprobs = score_frozen(self.engine, batch, mode, batch_size, operator)
         evidence = ReadOnlyEvidence(
             state_digest_before=before,
             state_digest_after=self._weights(),

@@ -43,6 +43,7 @@ class VllmState:
     workers: tuple[dict[str, Any], ...] | None  # each worker's state; None: not read
     workers_error: str | None = None  # why the workers were not read
     tokenizer_reused: bool | None = None  # from vLLM's per-process cache; None: not known
+    scoring_mode: str | None = None  # how the last score call asked: decode or prefill
 
     def readings(self) -> dict[str, Any]:
         """What the engine reports beside its knobs (``runtime/readback`` names)."""

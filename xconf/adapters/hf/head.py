@@ -1,0 +1,69 @@
+"""The transformers scorer's lm_head dtype (``training.logits_dtype``, and ``rollout.logits_dtype``
+of hf_pair's reference scorer).
+
+``float32`` binds a forward to the loaded model's output embedding that casts the hidden
+states and the head's weight to float32 before the projection, as vLLM's LogitsProcessor does
+under ``head_dtype=float32`` on CPU (``F.linear`` of the float32 casts); the weight itself is
+never changed (the cast is a copy per call). What the head really returned is recorded by a
+forward hook on the same module, so the knob is read back from the forwards that ran, not
+from the setting.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from xconf.adapters.errors import UnsupportedKnobError
+from xconf.knobs import LOGITS_FLOAT32, LOGITS_MODEL, TRAINING_LOGITS_DTYPE
+
+# Marks a head whose forward this module bound (``arm_counts`` and localize see a plain head).
+FLOAT32_HEAD = "_xconf_float32_head"
+
+
+def _float32_forward(self: Any, hidden: Any) -> Any:
+    import torch.nn.functional as F
+
+    bias = None if self.bias is None else self.bias.float()
+    return F.linear(hidden.float(), self.weight.float(), bias)
+
+
+def install_float32_head(model: Any) -> None:
+    """The model's lm_head projects in float32 (hidden states and weight cast first)."""
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise UnsupportedKnobError(
+            "unsupported_value",
+            f"{type(model).__name__} has no lm_head to project in float32",
+            TRAINING_LOGITS_DTYPE.path,
+        )
+    head.__dict__[FLOAT32_HEAD] = True
+    head.forward = types.MethodType(_float32_forward, head)
+
+
+class HeadDtypes:
+    """The dtypes of the logits the model's lm_head returned since the last ``clear``."""
+
+    def __init__(self, model: Any) -> None:
+        self.seen: set[str] = set()
+        head = model.get_output_embeddings()
+        self._compute: str | None = None
+        if head is not None:  # a model without an output embedding has no head to read
+            self._compute = str(head.weight.dtype).removeprefix("torch.")
+            head.register_forward_hook(self._record)
+
+    def _record(self, module: Any, inputs: Any, output: Any) -> None:
+        self.seen.add(str(output.dtype).removeprefix("torch."))
+
+    def clear(self) -> None:
+        self.seen = set()
+
+    def reading(self) -> str | None:
+        """``model`` where every head output had the compute dtype, ``float32`` where it was
+        cast up; None: no forward ran, or outputs of several dtypes."""
+        if len(self.seen) != 1:
+            return None
+        (dtype,) = self.seen
+        if dtype == self._compute:
+            return LOGITS_MODEL
+        return LOGITS_FLOAT32 if dtype == LOGITS_FLOAT32 else None
