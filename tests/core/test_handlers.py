@@ -23,11 +23,15 @@ from xconf.knobs import (
     LOGP_BACKEND,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    TRAINING_ALIGN,
+    TRAINING_ALIGN_ALL,
     TRAINING_APPLY_ROPE_FUSION,
     TRAINING_BIAS_ACTIVATION_FUSION,
     TRAINING_BIAS_DROPOUT_FUSION,
     TRAINING_CROSS_ENTROPY_LOSS_FUSION,
+    TRAINING_LOGITS_DTYPE,
     TRAINING_MASKED_SOFTMAX_FUSION,
+    TRAINING_SCORING_MODE,
     TRAINING_SEQUENCE_PARALLEL,
     TRAINING_TENSOR_PARALLEL_SIZE,
 )
@@ -53,6 +57,12 @@ MEGATRON = frozenset(
         TRAINING_CROSS_ENTROPY_LOSS_FUSION,
     )
 )
+# The transformers training side's own knobs (the replacement arms, the scoring shape, the
+# head's dtype): Megatron's side has no handler for them.
+HF_TRAINING = frozenset(
+    {*(spec.path for spec in TRAINING_ALIGN.values()), TRAINING_ALIGN_ALL.path}
+    | {TRAINING_SCORING_MODE.path, TRAINING_LOGITS_DTYPE.path}
+)
 # Each runtime's two sides, as conf/runtime/*.yaml pairs them.
 PAIRS: dict[str, tuple[SideSpec[Any, Any], SideSpec[Any, Any]]] = {
     "vllm_hf": (vllm.VLLM, hf.TRAINING),
@@ -71,7 +81,7 @@ def _side_knobs(spec: SideSpec[Any, Any]) -> set[str]:
     [
         ("vllm_hf", BOUND - MEGATRON),
         ("hf_pair", BOUND - MEGATRON),
-        ("vllm_megatron", BOUND),
+        ("vllm_megatron", BOUND - HF_TRAINING),
         ("cpu_smoke", CONTRACT_KNOBS & BOUND),
     ],
 )
