@@ -235,3 +235,48 @@ def test_a_score_file_is_written_as_safetensors_writes_it(tmp_path: Path) -> Non
     import hashlib
 
     assert digest == hashlib.sha256(expected).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "dtypes", [("float32", "float32"), ("bfloat16", "float32"), ("float64", "float64")]
+)
+def test_a_sealed_verdict_is_the_in_memory_one_whatever_the_padding_holds(
+    tmp_path: Path, dtypes: tuple[str, str]
+) -> None:
+    """judge_cases reuses a dump's own tensors for the token diffs; the figures it seals are
+    those of the verdict that copies (padding holding NaN and -inf, IS/RS configured, verl's
+    figures in the dumped dtypes), bit for bit."""
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.judge.dumps import Keys, load_dump
+    from xconf.judge.seal import judge_cases, resolve_dtypes, verdict
+    from xconf.rollout_correction import Correction
+
+    g = torch.Generator().manual_seed(3)
+    rollout = -torch.rand(9, 31, generator=g) * 4
+    training = rollout + torch.randn(9, 31, generator=g) * 1e-2
+    mask = torch.rand(9, 31, generator=g) > 0.3
+    rollout[~mask], training[~mask] = float("-inf"), float("nan")
+    path = tmp_path / "padded.safetensors"
+    save_file(
+        {
+            "rollout_log_probs": rollout.to(getattr(torch, dtypes[0])),
+            "old_log_probs": training.to(getattr(torch, dtypes[1])),
+            "response_mask": mask.to(torch.uint8),
+        },
+        str(path),
+    )
+    correction = Correction(
+        rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0"
+    )
+
+    judged = tuple("float32" if d == "float64" else d for d in dtypes)  # the contract's names
+
+    def case():
+        return resolve_dtypes(load_dump("padded", path, Keys()), None, *judged, correction)
+
+    copied = verdict(case())[2]
+    summary = judge_cases(ExperimentStore(tmp_path / "out", "judge"), [case()])
+    sealed = _comparison(tmp_path / "out" / "judge", "padded")
+    assert summary.records[0].result == copied.document["result"]
+    assert sealed == json.loads(json.dumps(copied.document))
+    assert sealed["rollout_correction"]["weights"], sealed["rollout_correction"]

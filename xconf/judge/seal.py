@@ -266,6 +266,10 @@ def verdict(
     identity = identity if identity is not None else _identity(case)
     inputs = _inputs(case.dump)
     threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
+    d = case.dump
+    # Reused only when nothing reads the dump's own tensors after the verdict (verl's
+    # figures in the dumped dtypes read them again: _figures_in_dumped_dtype).
+    owned = owned and d.rollout.dtype == d.training.dtype == d.verdict_dtype
     rollout = _score(case, "rollout", identity, inputs)
     training = _score(case, "training", identity, inputs)
     outcome = compare(
