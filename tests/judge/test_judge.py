@@ -246,6 +246,8 @@ def test_a_sealed_verdict_is_the_in_memory_one_whatever_the_padding_holds(
     """judge_cases reuses a dump's own tensors for the token diffs; the figures it seals are
     those of the verdict that copies (padding holding NaN and -inf, IS/RS configured, verl's
     figures in the dumped dtypes), bit for bit."""
+    from safetensors.torch import load_file
+
     from xconf.artifacts.store import ExperimentStore
     from xconf.judge.dumps import Keys, load_dump
     from xconf.judge.seal import judge_cases, resolve_dtypes, verdict
@@ -280,3 +282,19 @@ def test_a_sealed_verdict_is_the_in_memory_one_whatever_the_padding_holds(
     assert summary.records[0].result == copied.document["result"]
     assert sealed == json.loads(json.dumps(copied.document))
     assert sealed["rollout_correction"]["weights"], sealed["rollout_correction"]
+    (attempt,) = sorted((tmp_path / "out" / "judge" / "cases" / "padded").iterdir())
+    stored = load_file(str(attempt / "token_diffs.safetensors"))
+    assert stored.keys() == copied.token_diffs.keys()
+    for name, tensor in copied.token_diffs.items():
+        assert stored[name].dtype == tensor.dtype and torch.equal(stored[name], tensor), name
+    # A dump judged in another dtype than it holds keeps its tensors as read through an owned
+    # verdict (verl's figures in the dumped dtypes read them after it); one in the verdict
+    # dtype gives them away.
+    mine = case()
+    given = (mine.dump.rollout.clone(), mine.dump.training.clone())
+    verdict(mine, owned=True)
+    kept = all(
+        torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+        for a, b in zip(given, (mine.dump.rollout, mine.dump.training), strict=True)
+    )
+    assert kept == (dtypes[0] != dtypes[1]), (dtypes, kept)
