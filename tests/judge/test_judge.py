@@ -271,10 +271,13 @@ def test_a_sealed_verdict_is_the_in_memory_one_whatever_the_padding_holds(
         rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0"
     )
 
-    judged = tuple("float32" if d == "float64" else d for d in dtypes)  # the contract's names
+    # float64 dumps are judged in float64; the contract names them float32
+    rollout_dtype, training_dtype = ("float32" if d == "float64" else d for d in dtypes)
 
     def case():
-        return resolve_dtypes(load_dump("padded", path, Keys()), None, *judged, correction)
+        return resolve_dtypes(
+            load_dump("padded", path, Keys()), None, rollout_dtype, training_dtype, correction
+        )
 
     copied = verdict(case())[2]
     summary = judge_cases(ExperimentStore(tmp_path / "out", "judge"), [case()])

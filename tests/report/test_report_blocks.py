@@ -109,7 +109,7 @@ def test_every_figure_is_the_whole_float64_arrays_figure(seed: int, block_rows: 
     worst = stats.worst_tokens(stored, None)
     shown = [w.abs_diff for w in worst]
     want = [float(before.abs_diff[w.batch, w.position]) for w in worst]
-    assert np.array_equal(shown, want, equal_nan=True)
+    assert np.array_equal(np.array(shown, dtype=float), want, equal_nan=True)
     # per row: the sequences' figures, the attribution's sums
     counts, log_ratio, mismatches, peak = _sequences_before(before)
     by_ratio, by_mismatches = sequences.worst_sequences(stored, None, limit=40)
