@@ -33,10 +33,11 @@ def runtime_for(
     options the run's adapter was built with (``recorded``: actual.json's provenance.runtime),
     so a run with ``runtime.model.path=DIR`` is localized on DIR, not on the default model.
 
-    The recorded options apply only to the class the config names today (a run directory
-    names no code to import); a run that trusted a checkpoint's own code is refused.
-    ``chosen``: the user named the runtime (``--runtime``); another class then gets its own
-    config's options alone instead of a refusal."""
+    The recorded options apply only to the class and the sides the config names today (a
+    run directory names no code to import, and its sides are not another config's); a run
+    that trusted a checkpoint's own code is refused. ``chosen``: the user named the runtime
+    (``--runtime``); another runtime then gets its own config's options alone instead of a
+    refusal."""
     from omegaconf import OmegaConf
 
     from xconf.runtime.loading import NON_OPTION_KEYS, instantiate_runtime, runtime_config
@@ -48,13 +49,17 @@ def runtime_for(
     options = recorded.get("options") if recorded else None
     if recorded and isinstance(options, Mapping) and options:
         target = str(config.get("_target_", "")).replace(":", ".")
-        if str(recorded.get("target", "")).replace(":", ".") != target:
+        sides = {k: config[k] for k in PAIRING_OPTIONS if k in config}
+        if str(recorded.get("target", "")).replace(":", ".") != target or any(
+            options.get(k) != v for k, v in sides.items()
+        ):
             if chosen:
                 return instantiate_runtime(config)
             raise LocalizeError(
                 "localize.runtime_mismatch",
-                f"the run's adapter was {recorded.get('target')!r}, conf/runtime/ names "
-                f"{config.get('_target_')!r} for '{kind}': pass --runtime NAME",
+                f"the run's adapter was {recorded.get('target')!r} "
+                f"{_named(options)}, conf/runtime/ names {config.get('_target_')!r} "
+                f"{_named(sides)} for '{kind}': pass --runtime NAME",
                 "runtime",
             )
         if options.get("trust_remote_code"):
@@ -71,12 +76,20 @@ def runtime_for(
     return instantiate_runtime(config)
 
 
+# The options that say which runtime a config is, beside its class: the sides it pairs.
+PAIRING_OPTIONS = ("rollout", "training", "kind")
+
+
+def _named(options: Mapping[str, Any]) -> str:
+    return "(" + ", ".join(f"{k}={options.get(k)}" for k in PAIRING_OPTIONS if k in options) + ")"
+
+
 def refreeze(adapter: Any, sealed: Identity) -> Identity:
     """Freeze the sealed identity's recipe again; the result must be the sealed identity."""
     identity = sealed
     recipe = json.loads(sealed.recipe)
     if recipe:
-        from xconf.adapters.vllm_transformers.identity import thaw_recipe
+        from xconf.adapters.checkpoint.identity import thaw_recipe
 
         # The keys freezing added (spec digest, tokenizer location, dataset digest) are not
         # part of the recipe the experiment declared: the recipe parser refuses them.
