@@ -3,6 +3,7 @@
     python bench/judge.py                      # 512x2048 and 4096x4096 float32 dumps
     python bench/judge.py --shape 512x2048     # one shape
     python bench/judge.py --keep DIR           # keep the dumps and runs under DIR
+    python bench/judge.py --process-only       # only the whole-process figures (below)
 
 For each shape a verl-layout dump is written (float32 ``rollout_log_probs`` and
 ``old_log_probs``, an int64 ``response_mask`` with ragged lengths, int64 ``responses``),
@@ -27,6 +28,15 @@ Prints one JSON object per shape with the ratios the goal is stated in: judge wa
 load wall time (goal <= 2) and judge peak memory over the dump's tensor bytes (goal <= 3).
 Timings on a shared machine are noisy: compare ratios from one run, not absolute seconds;
 ``cpu_s`` (every thread of the phase) is steadier there than ``wall_s``.
+
+Then the figures as a user's machine sees them, whole processes (``/usr/bin/time -v``'s
+maximum resident set size, from ``wait4``): ``xconf judge`` of a 4096x4096 dump in verl's
+layout (float32 ``rollout_log_probs`` and ``old_log_probs``, a uint8 ``response_mask``: 144
+MiB), beside a process that only loads that dump (its bytes read, its tensors built) and
+``xconf judge`` of a 16-token dump of the same layout (the interpreter and its imports).
+Each process's ``peak_rss_over_dump_bytes`` is its whole peak over the dump's bytes (the
+interpreter included); ``judge_above_interpreter_over_dump_bytes`` is (judge's peak - the
+16-token judge's peak) / the dump's bytes: goal <= 3.
 """
 
 from __future__ import annotations
@@ -165,18 +175,97 @@ def bench(root: Path, batch: int, length: int) -> dict[str, Any]:
     }
 
 
+LOAD_ONLY = "import sys; from safetensors.torch import load; load(open(sys.argv[1], 'rb').read())"
+
+
+def verl_dump(path: Path, batch: int, length: int) -> int:
+    """A dump as verl's trainer holds the three judged tensors: float32 x2, a uint8 mask."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    rollout = -torch.rand(batch, length, generator=g) * 5
+    training = rollout + torch.randn(batch, length, generator=g) * 3e-6
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
+    mask = (torch.arange(length)[None] < lengths[:, None]).to(torch.uint8)
+    tensors = {"rollout_log_probs": rollout, "old_log_probs": training, "response_mask": mask}
+    save_file(tensors, str(path), metadata={"dtype": "float32"})
+    return path.stat().st_size
+
+
+# Started from a small interpreter of its own: a child forked from this (large) process
+# would count this process's pages in its peak before it ever ran (Linux keeps the
+# forking process's resident high-water mark across exec).
+MEASURE = r"""
+import json, os, subprocess, sys, time
+started = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+wall = time.perf_counter() - started
+code = os.waitstatus_to_exitcode(status)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "peak_rss_bytes": usage.ru_maxrss * 1024, "exit": code,
+                  "stderr": err.decode(errors="replace")[-2000:]}))
+"""
+
+
+def whole_process(argv: list[str]) -> dict[str, Any]:
+    """A process's wall time and peak resident set size (``wait4``'s, as ``time -v`` shows)."""
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, *argv], check=True, capture_output=True, text=True
+    )
+    figures: dict[str, Any] = json.loads(done.stdout)
+    if figures.pop("exit") not in (0, 1):  # judge exits 1 when a case fails
+        raise SystemExit(f"{argv} failed: {figures['stderr']}")
+    del figures["stderr"]
+    return figures
+
+
+def process_bench(root: Path) -> dict[str, Any]:
+    xconf = str(Path(sys.executable).with_name("xconf"))
+    dump, tiny = root / "verl_4096x4096.safetensors", root / "verl_4x4.safetensors"
+    dump_bytes = verl_dump(dump, 4096, 4096)
+    verl_dump(tiny, 4, 4)
+    whole_process([sys.executable, "-c", LOAD_ONLY, str(dump)])  # warm the page cache
+    runs = {
+        "load_only": [sys.executable, "-c", LOAD_ONLY, str(dump)],
+        "judge_16_tokens": [xconf, "judge", "--case", f"tiny={tiny}", "--output-root"],
+        "judge": [xconf, "judge", "--case", f"big={dump}", "--output-root"],
+    }
+    figures = {}
+    for name, argv in runs.items():
+        out = root / f"process_{name}"
+        figures[name] = whole_process([*argv, str(out)] if argv[0] == xconf else argv)
+    for process in figures.values():  # whole process, interpreter included
+        process["peak_rss_over_dump_bytes"] = round(process["peak_rss_bytes"] / dump_bytes, 3)
+    judge, interpreter = figures["judge"], figures["judge_16_tokens"]
+    above = judge["peak_rss_bytes"] - interpreter["peak_rss_bytes"]
+    return {
+        "dump": "4096x4096 float32 x2 + uint8 mask",
+        "dump_bytes": dump_bytes,
+        "processes": figures,
+        "judge_above_interpreter_bytes": above,
+        "judge_above_interpreter_over_dump_bytes": round(above / dump_bytes, 3),
+        "judge_over_load_only_wall": round(judge["wall_s"] / figures["load_only"]["wall_s"], 2),
+        "goal": {"memory_ratio": 3.0},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", default=None, help="BxT, e.g. 512x2048")
     parser.add_argument("--keep", type=Path, default=None, help="keep dumps and runs here")
+    parser.add_argument("--process-only", action="store_true", help="whole processes only")
     args = parser.parse_args()
-    shapes = args.shape or ["512x2048", "4096x4096"]
+    shapes = [] if args.process_only else (args.shape or ["512x2048", "4096x4096"])
     with tempfile.TemporaryDirectory(prefix="xconf-bench-judge-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         for shape in shapes:
             batch, length = (int(x) for x in shape.lower().split("x"))
             print(json.dumps(bench(root, batch, length), indent=2), flush=True)
+        print(json.dumps(process_bench(root), indent=2), flush=True)
 
 
 if __name__ == "__main__":

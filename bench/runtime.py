@@ -3,6 +3,7 @@
     python bench/runtime.py [OUTPUT_ROOT]                 # tiny model and real default, one run
     python bench/runtime.py --models tiny [OUTPUT_ROOT]   # one of them (tiny | pretrained)
     python bench/runtime.py --s0 [OUTPUT_ROOT]            # S0 (synthetic model, every path)
+    python bench/runtime.py --models pretrained --operator-only   # baseline + operator case
 
 ``tiny`` is ``+experiment=s2_cpu`` (the random tiny model of the fast tests); ``pretrained``
 is ``+experiment=s2_smollm2``, what ``make run`` scores (SmolLM2-135M-Instruct, 24 chat
@@ -32,7 +33,11 @@ time. Everything else in the wall time is xconf's own work, split by phase:
 
 Prints one JSON object per model, then the table side by side; ``wall_over_build_and_score``
 is wall / (construction + scoring). CPU seconds of the main process are reported too, since
-wall time includes waiting for a shared CPU.
+wall time includes waiting for a shared CPU. ``cases_wall_s`` is each case's own wall time
+(``actual.json`` ``wall_s``: its engines built, both sides scored, judged), and
+``operator_over_baseline`` the ``logp.backend=xconf.reference_logp`` case's over the
+baseline's: the cost of scoring through an injected operator on the engine's full logits
+rows (goal: at most 1.2). ``--operator-only`` runs just those two cases of the experiment.
 """
 
 from __future__ import annotations
@@ -202,7 +207,22 @@ def _compose(overrides: list[str]) -> Any:
         return compose("config", overrides=overrides)
 
 
-def run_one(model: str, root: str, imports_s: float) -> dict[str, object]:
+OPERATOR_CASE = "logp.backend=xconf.reference_logp"
+OPERATOR_ONLY = ["interventions=[{path: logp.backend, values: [xconf.reference_logp]}]"]
+
+
+def _case_walls(summary: Any) -> dict[str, float]:
+    """Each case's own wall time, from its attempt's actual.json."""
+    walls = {}
+    for record in summary.records:
+        actual = Path(summary.experiment_dir) / "cases" / record.case_id / record.attempt_id
+        walls[record.label] = round(json.loads((actual / "actual.json").read_text())["wall_s"], 2)
+    return walls
+
+
+def run_one(
+    model: str, root: str, imports_s: float, overrides: tuple[str, ...] = ()
+) -> dict[str, object]:
     """One S2 (or S0) run from a fresh engine cache; ``imports_s`` is charged to it."""
     from xconf.config.hydra_document import experiment_document
     from xconf.config.strict import parse_experiment
@@ -212,7 +232,7 @@ def run_one(model: str, root: str, imports_s: float) -> dict[str, object]:
     from xconf.session import prepare, run_prepared
 
     s0 = model == "s0"
-    cfg = _compose(EXPERIMENTS[model])
+    cfg = _compose([*EXPERIMENTS[model], *overrides])
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
     runtime = instantiate_runtime(cfg.runtime)  # what xconf-run builds from the same config
     _instrument_engines(runtime)
@@ -237,6 +257,12 @@ def run_one(model: str, root: str, imports_s: float) -> dict[str, object]:
     phases = {k: round(v, 3) for k, v in sorted(SPENT.items()) if k != "report"}
     phases["other"] = round(overhead - sum(v for k, v in SPENT.items() if k != "report"), 3)
     cases = len(summary.records)
+    walls = _case_walls(summary)
+    ratio = (
+        round(walls[OPERATOR_CASE] / walls["baseline"], 3)
+        if OPERATOR_CASE in walls and walls.get("baseline")
+        else None
+    )
     return {
         "model": model,
         "cases": cases,
@@ -257,6 +283,8 @@ def run_one(model: str, root: str, imports_s: float) -> dict[str, object]:
         "framework_phases_s": phases,
         "wall_over_build_and_score": round(wall / max(construction + scoring, 1e-9), 3),
         "report_after_run_s": round(SPENT["report"], 2),
+        "cases_wall_s": walls,
+        "operator_over_baseline": ratio,
         "artifacts": summary.experiment_dir,
         "not_timed": sorted(set(NOT_TIMED)),
     }
@@ -271,11 +299,14 @@ TABLE_ROWS = (
     "framework_overhead_s",
     "wall_over_build_and_score",
     "engines_built",
+    "operator_over_baseline",
 )
 
 
 def main(
-    output_root: str | None = None, models: tuple[str, ...] = ("tiny", "pretrained")
+    output_root: str | None = None,
+    models: tuple[str, ...] = ("tiny", "pretrained"),
+    overrides: tuple[str, ...] = (),
 ) -> list[dict[str, object]]:
     root = output_root or tempfile.mkdtemp(prefix="xconf-bench-")
     imports_s = 0.0 if models == ("s0",) else _import_libraries()
@@ -285,13 +316,31 @@ def main(
     results = []
     for index, model in enumerate(models):
         # The libraries are imported once per process: charged to the first run only.
-        result = run_one(model, str(Path(root) / model), imports_s if index == 0 else 0.0)
+        result = run_one(
+            model, str(Path(root) / model), imports_s if index == 0 else 0.0, overrides
+        )
         print(json.dumps(result, indent=2), flush=True)
         results.append(result)
     print(f"{'':28}" + "".join(f"{m:>14}" for m in models))
     for row in TABLE_ROWS:
-        print(f"{row:28}" + "".join(f"{r[row]:>14}" for r in results))
+        print(f"{row:28}" + "".join(f"{r[row]!s:>14}" for r in results))
+    for result in results:  # each case's own wall time, the operator case beside the baseline
+        walls: Any = result["cases_wall_s"]
+        print(f"\n{result['model']}: case wall s (actual.json)")
+        for label, seconds in walls.items():
+            print(f"  {label:44}{seconds:>10.2f}")
+        if result["operator_over_baseline"] is not None:
+            print(f"  {OPERATOR_CASE + ' / baseline':44}{result['operator_over_baseline']:>10.3f}")
+    machine = _machine()
+    isa = f"{machine['cpu_isa']}; ATen {machine['torch_cpu_capability']}"
+    print(f"\nmachine: {machine['cpu']} ({isa})")
     return results
+
+
+def _machine() -> dict[str, str]:
+    from xconf.runtime.machine import this_machine
+
+    return this_machine()
 
 
 if __name__ == "__main__":
@@ -299,9 +348,14 @@ if __name__ == "__main__":
     parser.add_argument("output_root", nargs="?", default=None)
     parser.add_argument("--models", default="tiny,pretrained", help="tiny,pretrained (order)")
     parser.add_argument("--s0", action="store_true", help="the synthetic S0 scenario instead")
+    parser.add_argument(
+        "--operator-only",
+        action="store_true",
+        help=f"only the baseline and {OPERATOR_CASE} (their wall times side by side)",
+    )
     args = parser.parse_args()
     chosen = ("s0",) if args.s0 else tuple(args.models.split(","))
     unknown = [m for m in chosen if m not in EXPERIMENTS]
     if unknown:
         parser.error(f"unknown model {unknown}: choose from tiny, pretrained")
-    main(args.output_root, chosen)
+    main(args.output_root, chosen, tuple(OPERATOR_ONLY) if args.operator_only else ())

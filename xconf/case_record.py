@@ -1,10 +1,11 @@
-"""The rows of a run: one :class:`CaseRecord` per case, gathered in a :class:`RunSummary`."""
+"""The rows of a run: one :class:`CaseRecord` per case, gathered in a :class:`RunSummary`,
+and the :class:`RunStep` a run reports between them (its progress, for a log)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,16 @@ class CaseRecord:
                 if isinstance(c, dict)
             ),
         )
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """A step of a run between its finished cases: the identity frozen (``identity``, before
+    the first case starts) or an engine built for a case (``engine``), and its seconds."""
+
+    kind: Literal["identity", "engine"]
+    what: str
+    seconds: float
 
 
 @dataclass

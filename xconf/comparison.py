@@ -147,12 +147,10 @@ def _diagnostics(
     select = Selection.of(active)  # diff[active], as one parallel gather
     selected = select(diff)
     values = selected.double()
-    diff_figures = {
-        "mean": float(values.mean()),
-        **quantiles(selected, PERCENTILES),
-        "max": float(values.max()),
-    }
-    del selected, values
+    mean, top = float(values.mean()), float(values.max())
+    del values
+    diff_figures = {"mean": mean, **quantiles(selected, PERCENTILES), "max": top}
+    del selected
     delta = select(training - rollout).double()
     del select
     # Approximate KL(rollout || training) per token: mean of exp(d) - d - 1, d = train - roll.
@@ -184,8 +182,13 @@ def compare(
     *,
     correction: Correction | None = None,
     training_kv_cache_allowed: bool = False,
+    owned: bool = False,
 ) -> ComparisonOutcome:
-    """Judge every active token by ``abs(training - rollout) > threshold``; nothing else votes."""
+    """Judge every active token by ``abs(training - rollout) > threshold``; nothing else votes.
+
+    ``owned``: the two sides' logprobs are the caller's to give away (read from a file for
+    this call): the stored token diffs reuse their memory, zeroed where inactive, instead of
+    a copy of each (``xconf judge`` at verl's batch sizes)."""
     doc = _base_document(threshold, contract)
     active = inputs.active_mask.bool()
     violations = identity_violations(
@@ -234,16 +237,38 @@ def compare(
     roll = rollout.logprobs.to(dtype)
     train = training.logprobs.to(dtype)
     # [B, T] temporaries: at verl scale every one of them counts, so they are taken in place
+    # (and counts by count_nonzero: a bool sum first copies the mask to int64)
+    active = active.contiguous()
+    active_count = int(torch.count_nonzero(active))
+    # verl's rollout-correction figures (never vote: xconf/rollout_correction) first, on the
+    # scores as given, while nothing else of this verdict is held beside their temporaries.
+    figures: dict[str, Any] | Exception | None = None
+    if active_count:
+        try:
+            figures = rollout_correction(roll, train, active, correction=correction)
+        except Exception as exc:  # raised in its place below: the diagnostics' error
+            figures = exc
+    inactive = ~active
     gap = (train - roll).abs_()
-    mismatch = active & (gap > threshold.value)
-    diff = gap.masked_fill_(~active, 0.0)  # where(active, gap, 0), in place
-    active_count = int(active.sum())
+    mismatch = torch.gt(gap, threshold.value).logical_and_(active)  # active & (gap > t)
+    diff = gap.masked_fill_(inactive, 0.0)  # where(active, gap, 0), in place
+    # Every figure below reads the active tokens only, so the stored sides (0 where
+    # inactive) may be the scores themselves, zeroed in place, wherever the scores are this
+    # call's to change: ``owned``, or converted to the verdict dtype above.
+    stored = [
+        t.masked_fill_(inactive, 0.0)
+        if owned or t is not given
+        else torch.where(active, t, 0.0).contiguous()
+        for t, given in ((roll, rollout.logprobs), (train, training.logprobs))
+    ]
+    del inactive
     token_diffs = {
-        "rollout_logprobs": torch.where(active, roll, 0.0).contiguous(),
-        "training_logprobs": torch.where(active, train, 0.0).contiguous(),
-        "active_mask": active.to(torch.uint8).contiguous(),
+        "rollout_logprobs": stored[0].contiguous(),
+        "training_logprobs": stored[1].contiguous(),
+        # 0/1 bytes: a bool tensor's own memory read as uint8 (the mask: when owned)
+        "active_mask": active.view(torch.uint8) if owned else active.to(torch.uint8),
         "abs_diff": diff.contiguous(),
-        "mismatch_mask": mismatch.to(torch.uint8).contiguous(),
+        "mismatch_mask": mismatch.view(torch.uint8),
         # The verdict compares differences in the scores' dtype with the threshold rounded to
         # it; storing it so lets any offline recompute (torch or numpy) reproduce it bit for bit.
         "threshold": torch.tensor(threshold.value, dtype=dtype),
@@ -251,7 +276,7 @@ def compare(
     if active_count == 0:
         doc.update(result="zero_active_tokens", reason="no active token to judge")
         return ComparisonOutcome(doc, token_diffs)
-    mismatches = int(mismatch.sum())
+    mismatches = int(torch.count_nonzero(mismatch))
     doc.update(
         result="fail" if mismatches else "pass",
         active_tokens=active_count,
@@ -260,10 +285,9 @@ def compare(
     )
     try:
         diagnostics = _diagnostics(diff, roll, train, active, inputs)
-        # verl's rollout-correction figures (never vote): xconf/rollout_correction.py
-        diagnostics["rollout_correction"] = rollout_correction(
-            roll, train, active, correction=correction
-        )
+        if isinstance(figures, Exception):
+            raise figures
+        diagnostics["rollout_correction"] = figures
     except Exception as exc:  # diagnostics never vote, so they can never crash a verdict
         diagnostics = {"diagnostics_error": f"{type(exc).__name__}: {exc}"}
     doc.update(diagnostics)

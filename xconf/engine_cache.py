@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from xconf.execution_plan import ExecutionCase
 from xconf.operators.catalog import SIDES
@@ -20,8 +21,15 @@ class EngineCache:
     the next case, so no score depends on the cases scored before it.
     """
 
-    def __init__(self, adapter: RuntimeAdapter, capacity: int | Mapping[str, int] = 4) -> None:
+    def __init__(
+        self,
+        adapter: RuntimeAdapter,
+        capacity: int | Mapping[str, int] = 4,
+        on_build: Callable[[SideBinding, ExecutionCase, float], None] | None = None,
+    ) -> None:
+        """``on_build``: told of each engine built, with its seconds (a run's progress)."""
         self._adapter = adapter
+        self._on_build = on_build
         self._capacity = {
             side: capacity if isinstance(capacity, int) else int(capacity.get(side, 4))
             for side in SIDES
@@ -43,9 +51,12 @@ class EngineCache:
         while engines and len(engines) >= self._capacity[binding.side]:
             _, evicted = engines.popitem(last=False)
             evicted.close()
+        started = time.perf_counter()
         engine = self._adapter.build_engine(binding, case)
         self.built += 1
         engines[key] = engine
+        if self._on_build is not None:
+            self._on_build(binding, case, time.perf_counter() - started)
         return engine
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import torch
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, read_json
 from xconf.case_documents import TENSOR_SCHEMA, case_documents, static_documents
-from xconf.case_record import CaseRecord, RunSummary
+from xconf.case_record import CaseRecord, RunStep, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
     compare,
@@ -85,7 +85,10 @@ class PairedRunner:
         contract: NumericalContract | None = None,
         on_case: Callable[[CaseRecord], None] | None = None,
         case_timeout_s: float | None = None,
+        on_step: Callable[[RunStep], None] | None = None,
     ) -> None:
+        """``on_case``: told of each finished case; ``on_step``: of each engine built, with
+        what it was built for and its seconds (a run's progress, for a log)."""
         self.plan = plan
         self.adapter = adapter
         self.store = store
@@ -95,7 +98,11 @@ class PairedRunner:
         self.contract = contract or load_contract()
         self.on_case = on_case
         self.case_timeout_s = check_case_timeout(case_timeout_s)
-        self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
+        self.engines = EngineCache(
+            adapter,
+            getattr(adapter, "max_cached_engines", 4),
+            None if on_step is None else _engine_steps(on_step),
+        )
         self._provenance: dict[str, Any] | None = None
         self._env: dict[str, str] | None = None
         self._code: dict[tuple[str, ...], dict[str, str]] = {}
@@ -394,6 +401,17 @@ class PairedRunner:
             outcome,
         )
         return documents, tensors, outcome
+
+
+def _engine_steps(
+    on_step: Callable[[RunStep], None],
+) -> Callable[[Any, ExecutionCase, float], None]:
+    """An engine cache's ``on_build`` that tells ``on_step`` what was built, and for which case."""
+
+    def built(binding: Any, case: ExecutionCase, seconds: float) -> None:
+        on_step(RunStep("engine", f"{binding.side} engine built for {case.case.label()}", seconds))
+
+    return built
 
 
 def _record(

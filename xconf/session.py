@@ -11,6 +11,7 @@ them to :func:`plan` or :func:`run` with a :class:`View` that draws the terminal
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from omegaconf import DictConfig
 
 from xconf.artifacts.store import ExperimentStore
+from xconf.case_record import RunStep
 from xconf.errors import ConfigError, XconfError
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.experiment import PLAN_SCHEMA, ExperimentSpec
@@ -151,8 +153,11 @@ def run_prepared(
     case_ids: set[str] | None = None,
     case_timeout_s: float | None = None,
     output: OutputPolicy | None = None,
+    on_step: Callable[[RunStep], None] | None = None,
 ) -> RunSummary:
-    """``output``: where third-party output goes while cases run (``None``: untouched)."""
+    """``output``: where third-party output goes while cases run (``None``: untouched).
+    ``on_case``: told of each finished case; ``on_step``: of the long steps between them
+    (the identity frozen, each engine built), with their seconds."""
     scenario_device = prepared.execution.plan.spec.scenario.device
     if scenario_device != adapter.device:
         raise ConfigError(
@@ -175,12 +180,16 @@ def run_prepared(
         resume=resume,
         on_case=on_case,
         case_timeout_s=case_timeout_s,
+        on_step=on_step,
     )
     with third_party_output(prepared.store.path, output):
         try:
             # Frozen before anything is written: a checkpoint that only an engine can refuse
             # (a recipe's first engine samples the identity) is refused with nothing on disk.
+            started = time.perf_counter()
             identity = adapter.freeze_identity(prepared.execution.plan.spec.identity)
+            if on_step is not None:
+                on_step(RunStep("identity", "identity frozen", time.perf_counter() - started))
             publish_plan(prepared)
             return runner.run(case_ids, identity=identity)
         finally:
@@ -216,6 +225,15 @@ class Outcome:
     error: XconfError | None = None
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """What a view is told while cases run: each finished case (``case``), and each step
+    between them (``step``): the identity frozen, an engine built."""
+
+    case: Callable[[CaseRecord], None]
+    step: Callable[[RunStep], None]
+
+
 class View(Protocol):
     """How a front-end shows the flow; the service decides what happens and in which order."""
 
@@ -223,7 +241,7 @@ class View(Protocol):
 
     def planned(self, prepared: Prepared, note: str) -> None: ...
 
-    def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]: ...
+    def progress(self, total: int) -> AbstractContextManager[RunProgress]: ...
 
     def verdict(self, summary: RunSummary) -> None: ...
 
@@ -322,15 +340,16 @@ def run(
         device=adapter.device,
         runtime=runtime,
     )
-    with _progress(view, len(prepared.execution.cases)) as on_case:
+    with _progress(view, len(prepared.execution.cases)) as progress:
         output = OutputPolicy(options.verbose, None if view is None else view.console)
         summary = run_prepared(
             prepared,
             adapter,
             resume=options.resume,
-            on_case=on_case,
+            on_case=None if progress is None else progress.case,
             case_timeout_s=options.case_timeout_s,
             output=output,
+            on_step=None if progress is None else progress.step,
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
@@ -361,9 +380,7 @@ def conclude(
     return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
 
 
-def _progress(
-    view: View | None, total: int
-) -> AbstractContextManager[Callable[[CaseRecord], None] | None]:
+def _progress(view: View | None, total: int) -> AbstractContextManager[RunProgress | None]:
     if view is not None:
         return view.progress(total)
     from contextlib import nullcontext

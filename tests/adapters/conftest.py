@@ -85,6 +85,11 @@ def vllm_results(model_record: Any) -> dict[Any, Any]:
         out[("logits", "decode", 4)] = score_frozen(
             engine, batch, "decode", 4, native_selected_logprob
         )
+        from tests.adapters.vllm_rows import as_kept, through_dicts
+
+        for mode in ("decode", "prefill"):  # the operator's rows, and vLLM's dicts of them
+            out[("rows_kept", mode)] = as_kept(engine, batch, mode)
+            out[("rows_dicts", mode)] = through_dicts(engine, batch, mode)
     TIMINGS["vllm_total_s"] = time.perf_counter() - start
     return out
 

@@ -65,6 +65,31 @@ def test_injected_operator_on_raw_logits_matches_native(vllm_results, frozen_bat
     assert float(diff[active].max()) <= FP32_THRESHOLD
 
 
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_operator_rows_are_bitwise_the_engines_full_vocabulary_logprobs(
+    vllm_results: dict[Any, Any], mode: str
+) -> None:
+    """The rows the engine keeps as tensors are, bit for bit, the ones vLLM hands out as
+    per-token dicts of every vocabulary entry (the path the scorer took before)."""
+    from xconf.ops.reference import ReferenceSelectedLogprob
+
+    kept, scores = vllm_results[("rows_kept", mode)]
+    dicts = vllm_results[("rows_dicts", mode)]
+    assert len(kept) == len(dicts) == 4
+    for ours, theirs in zip(kept, dicts, strict=True):
+        assert ours.dtype == theirs.dtype == torch.float32
+        assert ours.shape == theirs.shape and ours.shape[1] == 512, (ours.shape, theirs.shape)
+        assert torch.equal(ours, theirs)
+    # ... so the operator's scores are the ones the dict path gave, bit for bit.
+    reference = ReferenceSelectedLogprob()
+    for b, (sample, theirs) in enumerate(zip(vllm_results["batch"].samples, dicts, strict=True)):
+        # decode scores the response tokens, prefill every token after the first
+        first = len(sample.prompt_ids) - 1 if mode == "decode" else 0
+        target = torch.tensor(sample.token_ids[first + 1 :])
+        want = reference(theirs, target, torch.ones(len(target), dtype=torch.bool))
+        assert torch.equal(scores[b, first : sample.length - 1], want), b
+
+
 def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
     """Each knob read by its handler from the engine's live state (the side's readback)."""
     from xconf.adapters.vllm.side import VLLM
@@ -107,7 +132,6 @@ def test_forced_decoding_refuses_divergence(model_record: Any, frozen_batch: Fro
 
     class FakeEngine:
         llm = FakeLLM()
-        logprobs_k = 0
 
         def note_request(self, n: int, cached_tokens: int = 0) -> None:
             return None

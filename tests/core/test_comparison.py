@@ -324,3 +324,55 @@ def test_mixed_dtype_threshold_is_recorded() -> None:
         "bfloat16",
         "less_precise_dtype",
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_owned_scores_give_the_same_verdict_and_token_diffs_bit_for_bit(dtype) -> None:
+    """``owned``: the stored sides reuse the scores' memory; every figure and tensor is the
+    copying call's, and a call that does not own the scores never changes them."""
+    from xconf.rollout_correction import Correction
+
+    g = torch.Generator().manual_seed(7)
+    b, t = 37, 53
+    active = torch.rand(b, t, generator=g) > 0.3
+    active[3] = False  # a row with no active token
+    rollout = (-torch.rand(b, t, generator=g) * 6).to(dtype)
+    training = (rollout.double() + torch.randn(b, t, generator=g).double() * 2e-2).to(dtype)
+    rollout[~active] = float("-inf")  # padding as some dumps hold it
+    training[~active] = float("nan")
+    frozen = FrozenInputs(
+        token_ids=torch.randint(0, 500, (b, t), generator=g),
+        selected_token_ids=torch.randint(0, 500, (b, t), generator=g),
+        active_mask=active,
+        attention_mask=active,
+        position_ids=torch.arange(t).expand(b, t),
+    )
+    threshold = CONTRACT.threshold_for("bfloat16", "bfloat16")
+    correction = Correction(rollout_is="token", rollout_is_threshold=2.0)
+    given = (rollout.clone(), training.clone())
+    copied = compare(
+        frozen,
+        DIGEST,
+        score(given[0], frozen),
+        score(given[1], frozen),
+        threshold,
+        CONTRACT,
+        correction=correction,
+    )
+    assert torch.equal(given[0], rollout) and given[1].isnan().equal(training.isnan())  # untouched
+    owned = compare(
+        frozen,
+        DIGEST,
+        score(rollout.clone(), frozen),
+        score(training.clone(), frozen),
+        threshold,
+        CONTRACT,
+        correction=correction,
+        owned=True,
+    )
+    assert owned.document == copied.document and copied.document["result"] == "fail"
+    assert copied.document["rollout_correction"]["metrics"]["kl"] is not None
+    assert owned.token_diffs.keys() == copied.token_diffs.keys()
+    for name, tensor in copied.token_diffs.items():
+        mine = owned.token_diffs[name]
+        assert mine.dtype == tensor.dtype and torch.equal(mine, tensor), name

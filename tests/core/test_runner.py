@@ -10,6 +10,7 @@ from tests.core.runs import attempt_doc, only, run_doc
 from xconf import session
 from xconf.adapters.cpu_smoke import engines
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+from xconf.case_record import CaseRecord, RunStep
 from xconf.operators.capability import BackendCapability
 from xconf.operators.catalog import SELECTED_LOGPROB, OperatorDescriptor
 from xconf.ops.reference import ReferenceSelectedLogprob
@@ -168,6 +169,33 @@ def test_an_attempt_sealed_on_another_cpu_is_not_reused(s0_doc, tmp_path, monkey
     monkeypatch.undo()
     third = run_doc(doc, tmp_path)  # back on this machine: its own attempt resumes
     assert third.records[0].reused and third.records[0].attempt_id == "a-0001"
+
+
+def test_a_run_reports_its_steps_between_cases(s0_doc, tmp_path) -> None:
+    from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
+    from xconf.config.strict import parse_experiment
+
+    events: list[object] = []
+    prepared = session.prepare(
+        parse_experiment(only(s0_doc, rollout__dtype=["bf16"])),
+        output_root=tmp_path,
+        allow_smoke_operators=True,
+        device="cpu",
+    )
+    summary = session.run_prepared(
+        prepared, CpuSmokeRuntime(), resume=True, on_case=events.append, on_step=events.append
+    )
+    steps = [e for e in events if isinstance(e, RunStep)]
+    assert steps[0].kind == "identity" and events.index(steps[0]) == 0
+    assert [e for e in events if isinstance(e, CaseRecord)] == summary.records
+    built = [s for s in steps if s.kind == "engine"]
+    assert len(built) == summary.engines_built == 3  # two for the baseline, one for bf16
+    assert [(events.index(s), s.what) for s in built] == [
+        (1, "rollout engine built for baseline"),
+        (2, "training engine built for baseline"),
+        (4, "rollout engine built for rollout.dtype=bfloat16"),  # after the baseline's record
+    ]
+    assert all(s.seconds >= 0 for s in steps)
 
 
 def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:

@@ -235,3 +235,69 @@ def test_a_score_file_is_written_as_safetensors_writes_it(tmp_path: Path) -> Non
     import hashlib
 
     assert digest == hashlib.sha256(expected).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "dtypes", [("float32", "float32"), ("bfloat16", "float32"), ("float64", "float64")]
+)
+def test_a_sealed_verdict_is_the_in_memory_one_whatever_the_padding_holds(
+    tmp_path: Path, dtypes: tuple[str, str]
+) -> None:
+    """judge_cases reuses a dump's own tensors for the token diffs; the figures it seals are
+    those of the verdict that copies (padding holding NaN and -inf, IS/RS configured, verl's
+    figures in the dumped dtypes), bit for bit."""
+    from safetensors.torch import load_file
+
+    from xconf.artifacts.store import ExperimentStore
+    from xconf.judge.dumps import Keys, load_dump
+    from xconf.judge.seal import judge_cases, resolve_dtypes, verdict
+    from xconf.rollout_correction import Correction
+
+    g = torch.Generator().manual_seed(3)
+    rollout = -torch.rand(9, 31, generator=g) * 4
+    training = rollout + torch.randn(9, 31, generator=g) * 1e-2
+    mask = torch.rand(9, 31, generator=g) > 0.3
+    rollout[~mask], training[~mask] = float("-inf"), float("nan")
+    path = tmp_path / "padded.safetensors"
+    save_file(
+        {
+            "rollout_log_probs": rollout.to(getattr(torch, dtypes[0])),
+            "old_log_probs": training.to(getattr(torch, dtypes[1])),
+            "response_mask": mask.to(torch.uint8),
+        },
+        str(path),
+    )
+    correction = Correction(
+        rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0"
+    )
+
+    # float64 dumps are judged in float64; the contract names them float32
+    rollout_dtype, training_dtype = ("float32" if d == "float64" else d for d in dtypes)
+
+    def case():
+        return resolve_dtypes(
+            load_dump("padded", path, Keys()), None, rollout_dtype, training_dtype, correction
+        )
+
+    copied = verdict(case())[2]
+    summary = judge_cases(ExperimentStore(tmp_path / "out", "judge"), [case()])
+    sealed = _comparison(tmp_path / "out" / "judge", "padded")
+    assert summary.records[0].result == copied.document["result"]
+    assert sealed == json.loads(json.dumps(copied.document))
+    assert sealed["rollout_correction"]["weights"], sealed["rollout_correction"]
+    (attempt,) = sorted((tmp_path / "out" / "judge" / "cases" / "padded").iterdir())
+    stored = load_file(str(attempt / "token_diffs.safetensors"))
+    assert stored.keys() == copied.token_diffs.keys()
+    for name, tensor in copied.token_diffs.items():
+        assert stored[name].dtype == tensor.dtype and torch.equal(stored[name], tensor), name
+    # A dump judged in another dtype than it holds keeps its tensors as read through an owned
+    # verdict (verl's figures in the dumped dtypes read them after it); one in the verdict
+    # dtype gives them away.
+    mine = case()
+    given = (mine.dump.rollout.clone(), mine.dump.training.clone())
+    verdict(mine, owned=True)
+    kept = all(
+        torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+        for a, b in zip(given, (mine.dump.rollout, mine.dump.training), strict=True)
+    )
+    assert kept == (dtypes[0] != dtypes[1]), (dtypes, kept)

@@ -136,8 +136,11 @@ def read_regular(path: Path, limit: int | None = None) -> bytes | None:
     try:
         with open_regular(path, limit) as fd:
             limit = max_bytes(path.name) if limit is None else limit
+            # The whole file in one read when it has not grown since fstat: one buffer,
+            # returned as is (the join of one chunk copies nothing), not twice its size.
+            expected = os.fstat(fd).st_size
             chunks, total = [], 0
-            while chunk := os.read(fd, min(1 * MIB, limit + 1 - total)):
+            while chunk := os.read(fd, min(limit + 1 - total, max(MIB, expected + 1 - total))):
                 chunks.append(chunk)
                 total += len(chunk)
                 if total > limit:  # the file grew after fstat

@@ -1,4 +1,5 @@
-"""A safetensors file as its parts: the header, then views of each tensor's own memory.
+"""A safetensors file as its parts: the header, then views of each tensor's own memory
+(read back without a copy by :mod:`xconf.artifacts.tensor_views`).
 
 ``safetensors.torch.save`` returns the whole file as one ``bytes``: a second copy of every
 tensor, built before the first byte is written. :func:`tensor_parts` gives the same bytes

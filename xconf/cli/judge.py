@@ -105,25 +105,27 @@ def run(args: argparse.Namespace, console: Any) -> int:
     ]
     store = ExperimentStore(args.output_root, args.experiment_id)
     summary = judge_cases(store, cases, resume=not args.no_resume)
+    files = [(case.case_id, case.dump.path) for case in cases]
+    del cases  # the dumps' tensors: what follows reads the sealed attempts alone
     console.print(verdict_table(summary))
     print_reasons(console, summary.records)
-    _print_replay(console, cases, summary.records)
+    _print_replay(console, files, summary.records)
     report_after_run(summary.experiment_dir, console)
     return exit_code(summary.records)
 
 
-def _print_replay(console: Any, cases: list[Any], records: list[Any]) -> None:
+def _print_replay(console: Any, files: list[tuple[str, str]], records: list[Any]) -> None:
     """For each failing dump that carries its token ids: the command that attributes it."""
     from xconf.adapters.frozen_dump import replay_command
 
-    for case, record in zip(cases, records, strict=True):
+    for (case_id, path), record in zip(files, records, strict=True):
         if record.result != "fail":
             continue
-        command = replay_command(case.dump.path)
+        command = replay_command(path)
         if command is None:
             continue
         console.print(
-            f"{case.case_id}: find the knob that causes it (replays the dump's own tokens, "
+            f"{case_id}: find the knob that causes it (replays the dump's own tokens, "
             "one knob at a time, on your checkpoint):",
             markup=False,
             highlight=False,

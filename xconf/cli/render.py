@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -15,10 +16,10 @@ from rich.text import Text
 from xconf.shown_text import console
 
 if TYPE_CHECKING:
-    from xconf.case_record import CaseRecord, RunSummary
+    from xconf.case_record import CaseRecord, RunStep, RunSummary
     from xconf.execution_plan import ExecutionPlan
     from xconf.localize.service import Localization, LocalizeFailure
-    from xconf.session import Prepared
+    from xconf.session import Prepared, RunProgress
 
 RESULT_STYLE = {
     "pass": "green",
@@ -144,9 +145,47 @@ def print_reasons(console: Console, records: list[CaseRecord]) -> None:
             console.print(Text.assemble((r.label, RESULT_STYLE.get(r.result, "")), f": {r.reason}"))
 
 
+# A step between cases (an engine built, the identity frozen) that a log shows a line for.
+LONG_STEP_S = 10.0
+
+
+def case_line(record: CaseRecord, done: int, total: int, seconds: float) -> Text:
+    """One finished case, for a log: its place, id, knob, result and wall time."""
+    width = len(str(total))
+    how = "reused" if record.reused else "new"
+    return Text.assemble(
+        f"[{done:>{width}}/{total}] {record.case_id}  {record.label}{_applied_note(record)}  ",
+        (record.result, RESULT_STYLE.get(record.result, "")),
+        f"  {seconds:.1f} s ({record.attempt_id} {how})",
+    )
+
+
 @contextmanager
-def case_progress(console: Console, total: int) -> Iterator[Any]:
-    """Yields an ``on_case`` callback that advances a rich progress bar."""
+def case_progress(console: Console, total: int) -> Iterator[RunProgress]:
+    """A rich progress bar on a terminal; anywhere else (a pipe, ``make run > log``) one
+    line per finished case and one per step between cases that took over
+    :data:`LONG_STEP_S`, each printed as it happens."""
+    from xconf.session import RunProgress
+
+    if not console.is_terminal:
+        since = [time.perf_counter()]  # a case's time: since the case before it finished
+        done = [0]
+
+        def case_done(record: CaseRecord) -> None:
+            now = time.perf_counter()
+            done[0] += 1
+            console.print(case_line(record, done[0], total, now - since[0]))
+            since[0] = now
+
+        def step(step: RunStep) -> None:
+            if step.kind == "identity":
+                since[0] = time.perf_counter()  # the first case starts once it is frozen
+            if step.seconds > LONG_STEP_S:
+                indent = " " * (2 * len(str(total)) + 4)  # aligned with the case ids above
+                console.print(Text(f"{indent}{step.what} in {step.seconds:.1f} s"))
+
+        yield RunProgress(case_done, step)
+        return
     progress = Progress(
         TextColumn("[bold]scoring cases"),
         BarColumn(),
@@ -162,7 +201,7 @@ def case_progress(console: Console, total: int) -> Iterator[Any]:
         def on_case(record: CaseRecord) -> None:
             progress.update(task, advance=1, description=f"{record.label}: {record.result}")
 
-        yield on_case
+        yield RunProgress(on_case, lambda step: None)
 
 
 class ConsoleView:
@@ -185,7 +224,7 @@ class ConsoleView:
             )
         self.console.print(Text(f"wrote {prepared.store.path / 'plan.jsonl'}{note}"))
 
-    def progress(self, total: int) -> AbstractContextManager[Callable[[CaseRecord], None]]:
+    def progress(self, total: int) -> AbstractContextManager[RunProgress]:
         return case_progress(self.console, total)
 
     def verdict(self, summary: RunSummary) -> None:

@@ -130,7 +130,7 @@ def _identity(case: JudgedCase) -> Identity:
                 "keys": asdict(d.keys),
                 "shape": [b, t],
                 "ragged": d.ragged,
-                "active_tokens": int(d.mask.sum()),
+                "active_tokens": int(torch.count_nonzero(d.mask)),
                 "token_payload": TOKEN_PAYLOAD,
             },
             allow_nan=False,
@@ -141,7 +141,9 @@ def _identity(case: JudgedCase) -> Identity:
 def _inputs(dump: Dump) -> FrozenInputs:
     """The frozen inputs straight from the dump's tensors (no per-token Python objects)."""
     b, t = dump.rollout.shape
-    ids = dump.responses if dump.responses is not None else torch.zeros((b, t), dtype=torch.int64)
+    # No token ids dumped: zeros, as one element seen [B, T] times (no [B, T] int64 of them).
+    zeros = torch.zeros((), dtype=torch.int64).expand(b, t)
+    ids = dump.responses if dump.responses is not None else zeros
     return FrozenInputs(
         token_ids=ids,
         selected_token_ids=ids,  # the scored tokens are the response tokens (one table)
@@ -227,7 +229,8 @@ def judge_cases(
             doc = read_json(reusable.path / "comparison.json")
             summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
-        rollout, training, outcome = verdict(case, identity)
+        # the dump was read for this case alone: its tensors are the verdict's to reuse
+        rollout, training, outcome = verdict(case, identity, owned=True)
         documents = _documents(index, case, identity, outcome.document)
         documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
         tensors = {**score_files(rollout, training), "token_diffs.safetensors": outcome.token_diffs}
@@ -254,14 +257,19 @@ def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, 
 
 
 def verdict(
-    case: JudgedCase, identity: Identity | None = None
+    case: JudgedCase, identity: Identity | None = None, *, owned: bool = False
 ) -> tuple[SideScore, SideScore, ComparisonOutcome]:
     """One dump's verdict and figures, written nowhere: ``judge_cases`` seals it, and
-    ``xconf.judge_batch`` (inside a training loop) returns it."""
+    ``xconf.judge_batch`` (inside a training loop) returns it. ``owned``: the dump's
+    tensors may be reused for the token diffs (never a training loop's own tensors)."""
     contract = load_contract()
     identity = identity if identity is not None else _identity(case)
     inputs = _inputs(case.dump)
     threshold = contract.threshold_for(case.rollout_dtype, case.training_dtype)
+    d = case.dump
+    # Reused only when nothing reads the dump's own tensors after the verdict (verl's
+    # figures in the dumped dtypes read them again: _figures_in_dumped_dtype).
+    owned = owned and d.rollout.dtype == d.training.dtype == d.verdict_dtype
     rollout = _score(case, "rollout", identity, inputs)
     training = _score(case, "training", identity, inputs)
     outcome = compare(
@@ -272,6 +280,7 @@ def verdict(
         threshold,
         contract,
         correction=case.correction,
+        owned=owned,
     )
     _figures_in_dumped_dtype(case, outcome.document)
     outcome.document.update(

@@ -52,11 +52,15 @@ def sequence_sums(diffs: TokenDiffs | None) -> SequenceSums | None:
     """None when there is nothing to resample (no 2-D artifact, or a non-finite diff)."""
     if diffs is None or diffs.abs_diff.ndim != 2 or diffs.active_mask.shape != diffs.abs_diff.shape:
         return None
-    mask = diffs.active_mask.astype(bool)
-    values = np.where(mask, diffs.abs_diff.astype(np.float64), 0.0)
-    if not np.isfinite(values).all():
-        return None
-    return SequenceSums(values.sum(axis=1), mask.sum(axis=1).astype(np.int64), mask)
+    mask = diffs.active_mask.astype(bool, copy=False)
+    sums = []
+    for rows in diffs.row_blocks():  # per row, so a block of rows at a time: the same sums
+        values = np.where(mask[rows], diffs.abs_diff[rows].astype(np.float64), 0.0)
+        if not np.isfinite(values).all():
+            return None
+        sums.append(values.sum(axis=1))
+    abs_sum = np.concatenate(sums) if sums else np.zeros(0)
+    return SequenceSums(abs_sum, mask.sum(axis=1).astype(np.int64), mask)
 
 
 def effect(baseline: SequenceSums | None, case: SequenceSums | None) -> Effect | None:

@@ -70,15 +70,35 @@ class PlanRow:
 
 @dataclass(frozen=True, eq=False)
 class TokenDiffs:
-    """The token-level artifact: enough to recompute the verdict offline."""
+    """The token-level artifact: enough to recompute the verdict offline.
+
+    Read-only views of the file's bytes, in the dtype stored (float32, or float64 for a
+    float64 verdict): a verl batch is 16M tokens, and a float64 copy of each [B, T] array
+    would be most of the report's memory. Every figure widens what it computes on to
+    float64 (exact), one block of rows at a time where its [B, T] temporaries would count
+    (:meth:`row_blocks`), so the figures are those of float64 arrays, bit for bit.
+    """
 
     rollout_logprobs: np.ndarray
     training_logprobs: np.ndarray
-    active_mask: np.ndarray
+    active_mask: np.ndarray  # bool
     abs_diff: np.ndarray
-    mismatch_mask: np.ndarray
+    mismatch_mask: np.ndarray  # bool
     threshold: float
     token_ids: np.ndarray | None  # the selected (scored) token ids when recorded
+
+    def row_blocks(self) -> list[slice]:
+        """Row slices of about :data:`BLOCK_TOKENS` tokens each (whole rows, at least one);
+        an array that is not [B, T] is one block."""
+        if self.abs_diff.ndim != 2:
+            return [slice(None)]
+        step = max(1, BLOCK_TOKENS // max(1, self.abs_diff.shape[1]))
+        return [slice(start, start + step) for start in range(0, self.abs_diff.shape[0], step)]
+
+
+# Tokens per block of rows a report figure computes on at once (float64 temporaries of a
+# block stay near 8 MiB whatever the batch).
+BLOCK_TOKENS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -138,13 +158,21 @@ def _attempt_order(attempt_id: str) -> tuple[int, str]:
 
 
 def _load_tensors(path: Path) -> dict[str, np.ndarray]:
-    """safetensors from a bounded regular file (no link, no FIFO, nothing oversized)."""
-    from safetensors.numpy import load
+    """safetensors from a bounded regular file (no link, no FIFO, nothing oversized), as
+    read-only views of the bytes read (no second copy)."""
+    from xconf.artifacts.tensor_views import tensor_views
 
     data = read_regular(path)
     if data is None:
         raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))
-    return load(data)
+    return tensor_views(data, str(path))
+
+
+def _flags(values: np.ndarray) -> np.ndarray:
+    """A 0/1 array as bool: a view when it is one byte a flag, else ``astype(bool)``."""
+    if values.dtype == np.uint8 and (values.size == 0 or int(values.max()) <= 1):
+        return values.view(bool)
+    return values.astype(bool)
 
 
 def _load_token_diffs(attempt_dir: Path, problems: list[str]) -> TokenDiffs | None:
@@ -174,12 +202,17 @@ def _load_token_diffs(attempt_dir: Path, problems: list[str]) -> TokenDiffs | No
                 break
     except Exception as exc:
         problems.append(f"score_rollout.safetensors does not load: {exc}")
+    # float32 and float64 as stored (each figure widens exactly); anything else as before
+    floats = [
+        values if values.dtype in (np.float32, np.float64) else values.astype(np.float64)
+        for values in (tensors[k] for k in ("rollout_logprobs", "training_logprobs", "abs_diff"))
+    ]
     return TokenDiffs(
-        rollout_logprobs=tensors["rollout_logprobs"].astype(np.float64),
-        training_logprobs=tensors["training_logprobs"].astype(np.float64),
-        active_mask=tensors["active_mask"].astype(bool),
-        abs_diff=tensors["abs_diff"].astype(np.float64),
-        mismatch_mask=tensors["mismatch_mask"].astype(bool),
+        rollout_logprobs=floats[0],
+        training_logprobs=floats[1],
+        active_mask=_flags(tensors["active_mask"]),
+        abs_diff=floats[2],
+        mismatch_mask=_flags(tensors["mismatch_mask"]),
         threshold=float(np.asarray(tensors["threshold"]).reshape(-1)[0]),
         token_ids=token_ids,
     )

@@ -82,6 +82,18 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
+def _row_figures(
+    diffs: TokenDiffs, active: np.ndarray, rows: slice
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(active count, sum of training - rollout, mismatches, max |diff|) of each of ``rows``."""
+    live = active[rows]
+    training = diffs.training_logprobs[rows].astype(np.float64)
+    delta = np.where(live, training - diffs.rollout_logprobs[rows].astype(np.float64), 0.0)
+    mismatches = (diffs.mismatch_mask[rows].astype(bool, copy=False) & live).sum(axis=1)
+    peak = np.where(live, diffs.abs_diff[rows].astype(np.float64), -np.inf).max(axis=1)
+    return live.sum(axis=1), delta.sum(axis=1), mismatches, peak
+
+
 def worst_sequences(
     diffs: TokenDiffs, decode: TokenDecoder | None, limit: int = WORST_SEQUENCES
 ) -> tuple[tuple[SequenceDrift, ...], tuple[SequenceDrift, ...]]:
@@ -89,13 +101,13 @@ def worst_sequences(
     active token are left out, and only rows with a mismatch rank by mismatches."""
     if diffs.abs_diff.ndim != 2:
         return (), ()
-    active = diffs.active_mask.astype(bool)
-    delta = diffs.training_logprobs.astype(np.float64) - diffs.rollout_logprobs.astype(np.float64)
-    delta = np.where(active, delta, 0.0)
-    counts = active.sum(axis=1)
-    log_ratio = delta.sum(axis=1)
-    mismatches = (diffs.mismatch_mask.astype(bool) & active).sum(axis=1)
-    peak = np.where(active, diffs.abs_diff.astype(np.float64), -np.inf).max(axis=1)
+    active = diffs.active_mask.astype(bool, copy=False)
+    # Per row, in float64, a block of rows at a time: a row's sums are the same whichever
+    # rows are reduced beside it.
+    parts = [_row_figures(diffs, active, rows) for rows in diffs.row_blocks()]
+    if not parts:  # no row at all
+        return (), ()
+    counts, log_ratio, mismatches, peak = (np.concatenate(p) for p in zip(*parts, strict=True))
     rows = [b for b in range(active.shape[0]) if counts[b] > 0]
 
     def size(b: int) -> float:  # a NaN ratio is as bad as it gets

@@ -37,7 +37,7 @@ def diff_stats(comparison: Mapping[str, Any], diffs: TokenDiffs | None) -> DiffS
         return DiffStats(*(as_float(recorded.get(k)) for k in ("mean", "p50", "p90", "p99", "max")))
     if diffs is None:
         return DiffStats(None, None, None, None, None)
-    values = diffs.abs_diff[diffs.active_mask]
+    values = diffs.abs_diff[diffs.active_mask].astype(np.float64)
     if values.size == 0:
         return DiffStats(None, None, None, None, None)
     p50, p90, p99 = (float(v) for v in np.quantile(values, [0.5, 0.9, 0.99]))
@@ -48,33 +48,57 @@ def histogram(diffs: TokenDiffs, threshold_line: float | None = None) -> Histogr
     """Log-binned |diff| of the active tokens, spanning the threshold too.
 
     ``threshold_line`` is the contract value to draw (comparison.json); the count above it
-    uses the stored float32 threshold, the precision the verdict was computed in.
+    uses the stored float32 threshold, the precision the verdict was computed in. Counted
+    one block of rows at a time: counts add exactly, extremes are the blocks' extremes.
     """
-    values = diffs.abs_diff[diffs.active_mask]
-    values = values[np.isfinite(values)]
-    if values.size == 0:
+    size = nonzero_count = 0
+    low_nonzero, high_nonzero = math.inf, -math.inf
+    for rows in diffs.row_blocks():
+        values = _finite_active(diffs, rows)
+        nonzero = values[values > 0]
+        size, nonzero_count = size + values.size, nonzero_count + nonzero.size
+        if nonzero.size:
+            low_nonzero = min(low_nonzero, float(nonzero.min()))
+            high_nonzero = max(high_nonzero, float(nonzero.max()))
+    if size == 0:
         return None
     threshold = diffs.threshold
-    nonzero = values[values > 0]
-    zero_count = int(values.size - nonzero.size)
+    zero_count = int(size - nonzero_count)
     candidates = [threshold] if threshold > 0 else []
-    low_src = [*candidates, float(nonzero.min())] if nonzero.size else candidates or [1e-12]
-    high_src = [*candidates, float(nonzero.max())] if nonzero.size else candidates or [1.0]
-    low = math.floor(math.log10(min(low_src))) - (0 if nonzero.size else 1)
+    low_src = [*candidates, low_nonzero] if nonzero_count else candidates or [1e-12]
+    high_src = [*candidates, high_nonzero] if nonzero_count else candidates or [1.0]
+    low = math.floor(math.log10(min(low_src))) - (0 if nonzero_count else 1)
     high = math.ceil(math.log10(max(high_src)) + 1e-12)
     if high <= low:
         high = low + 1
     low = max(low, high - MAX_DECADES)
     edges = np.logspace(low, high, (high - low) * BINS_PER_DECADE + 1)
-    clipped = np.clip(nonzero, edges[0], edges[-1])
-    counts, _ = np.histogram(clipped, bins=edges)
+    counts = np.zeros(len(edges) - 1, dtype=np.int64)
+    above = 0
+    for rows in diffs.row_blocks():  # the second pass: the bins are known now
+        values = _finite_active(diffs, rows)
+        clipped = np.clip(values[values > 0], edges[0], edges[-1])
+        counts += np.histogram(clipped, bins=edges)[0]
+        above += int(np.count_nonzero(values > threshold))
     return Histogram(
         edges=tuple(float(e) for e in edges),
         counts=tuple(int(c) for c in counts),
         zero_count=zero_count,
         threshold_line=threshold if threshold_line is None else threshold_line,
-        above_threshold=int(np.count_nonzero(values > threshold)),
+        above_threshold=above,
     )
+
+
+def _above(diffs: TokenDiffs, rows: slice) -> int:
+    """Active tokens of ``rows`` whose float64 |diff| is above the stored threshold."""
+    above = diffs.abs_diff[rows].astype(np.float64) > diffs.threshold
+    return int(np.count_nonzero(diffs.active_mask[rows] & above))
+
+
+def _finite_active(diffs: TokenDiffs, rows: slice) -> np.ndarray:
+    """The finite |diff| of the active tokens of ``rows``, in float64."""
+    values = diffs.abs_diff[rows][diffs.active_mask[rows]].astype(np.float64)
+    return values[np.isfinite(values)]
 
 
 def drift_profile(
@@ -99,7 +123,7 @@ def drift_profile(
     active = diffs.active_mask
     out = []
     for position in range(diffs.abs_diff.shape[1]):
-        column = diffs.abs_diff[:, position][active[:, position]]
+        column = diffs.abs_diff[:, position][active[:, position]].astype(np.float64)
         out.append(
             ProfilePoint(
                 position=position,
@@ -117,12 +141,10 @@ def worst_tokens(
     """The active tokens with the largest |diff|, worst first (ties by position)."""
     if diffs.abs_diff.ndim != 2:
         return ()
-    scores = np.where(diffs.active_mask, diffs.abs_diff, -np.inf)
-    scores = np.where(np.isnan(scores), np.inf, scores)  # a NaN diff is as bad as it gets
-    flat = np.argsort(-scores, axis=None, kind="stable")[:limit]
+    shape = diffs.abs_diff.shape
     out = []
-    for index in flat:
-        batch, position = (int(v) for v in np.unravel_index(int(index), scores.shape))
+    for index in _worst_first(diffs, limit):
+        batch, position = (int(v) for v in np.unravel_index(int(index), shape))
         if not diffs.active_mask[batch, position]:
             break
         token_id = int(diffs.token_ids[batch, position]) if diffs.token_ids is not None else None
@@ -139,6 +161,30 @@ def worst_tokens(
             )
         )
     return tuple(out)
+
+
+def _worst_first(diffs: TokenDiffs, limit: int) -> list[int]:
+    """The first ``limit`` flat indices of ``np.argsort(-scores, kind="stable")``, where a
+    score is the |diff| of an active token (-inf elsewhere, +inf for NaN): the largest
+    scores, ties by flat index. Found a block of rows at a time, each block's own first
+    ``limit`` (a global winner is one of its block's), so no [B, T] sort is ever held."""
+    if limit <= 0:
+        return []
+    width = diffs.abs_diff.shape[1]
+    pool: list[tuple[float, int]] = []  # (-score, flat index) of each block's winners
+    for rows in diffs.row_blocks():
+        scores = np.where(diffs.active_mask[rows], diffs.abs_diff[rows], -np.inf)
+        neg = -np.where(np.isnan(scores), np.inf, scores).ravel()
+        if neg.size > limit:
+            kth = np.partition(neg, limit - 1)[limit - 1]
+            better = np.flatnonzero(neg < kth)
+            tied = np.flatnonzero(neg == kth)[: limit - better.size]
+            chosen = np.concatenate([better, tied])
+        else:
+            chosen = np.arange(neg.size)
+        base = (rows.start or 0) * width
+        pool.extend((float(neg[i]), base + int(i)) for i in chosen)
+    return [index for _, index in sorted(pool)[:limit]]
 
 
 def _decode(decode: TokenDecoder | None, token_id: int | None) -> str | None:
@@ -158,7 +204,8 @@ def recompute(
         return "unavailable", ()
     problems: list[str] = []
     active = diffs.active_mask
-    recount = int(np.count_nonzero(active & (diffs.abs_diff > diffs.threshold)))
+    # in float64, as the stored diffs widen, a block of rows at a time
+    recount = sum(_above(diffs, rows) for rows in diffs.row_blocks())
     stored = int(np.count_nonzero(active & diffs.mismatch_mask))
     recorded = as_int(comparison.get("mismatches"))
     recorded_threshold = as_float(comparison.get("threshold"))

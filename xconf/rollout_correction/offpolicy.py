@@ -75,8 +75,24 @@ def masked_mean(
     values: torch.Tensor, mask: torch.Tensor, dim: int | None = None, *, owned: bool = False
 ) -> torch.Tensor:
     """verl's masked mean: the masked sum over ``count + 1e-8``, in the promoted dtype."""
-    count = mask.sum() if dim is None else mask.sum(dim)
-    return masked_sum(values, mask, dim, owned=owned) / (count + EPS)
+    return masked_sum(values, mask, dim, owned=owned) / (_count(mask, dim) + EPS)
+
+
+# Rows per block of a bool mask's row counts: a [B, T] int64 copy of the mask is what
+# ``mask.sum(-1)`` makes first (8 bytes a token); blocks of rows keep it to a few MiB.
+COUNT_ROWS = 256
+
+
+def _count(mask: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """``mask.sum()`` / ``mask.sum(dim)``: for a bool mask the same int64 counts (integers:
+    exact however they are added), without the int64 copy of the mask the sum makes."""
+    if mask.dtype != torch.bool or mask.dim() != 2 or dim not in (None, -1, 1) or not len(mask):
+        return mask.sum() if dim is None else mask.sum(dim)
+    if dim is None:
+        return torch.count_nonzero(mask)
+    return torch.cat(
+        [mask[i : i + COUNT_ROWS].sum(-1) for i in range(0, mask.shape[0], COUNT_ROWS)]
+    )
 
 
 @dataclass(frozen=True)
@@ -165,27 +181,37 @@ def verl_debug(
         nan = float("nan")
         return {DEBUG[0]: 0.0, **{name: nan for name in DEBUG[1:]}}
     select = Selection.of(active)
-    actor = torch.exp(training)
-    roll = torch.exp(rollout)
-    diff = select((actor - roll).abs_())
-    figures = {
+    if training.dtype != rollout.dtype:  # verl's subtraction and stack promote: as they do
+        actor, roll = torch.exp(training), torch.exp(rollout)
+        diff = select((actor - roll).abs_())
+        return {
+            **_probability_figures(diff),
+            DEBUG[4]: _item(_pearson(select(actor), select(roll))),
+        }
+    # verl stacks the two selections: each probability selected straight into its stacked
+    # row, one [B, T] exp at a time; |actor - roll| of the selected values is verl's
+    # selection of |actor - roll| (subtraction and abs are exact elementwise: the same bits).
+    both = torch.empty((2, select.count), dtype=training.dtype)
+    for row, side in enumerate((training, rollout)):
+        probability = torch.exp(side)
+        select(probability, out=both[row])
+        del probability
+    del select
+    diff = (both[0] - both[1]).abs_()
+    figures = _probability_figures(diff)
+    del diff
+    figures[DEBUG[4]] = _item(torch.corrcoef(both)[0][1])
+    return figures
+
+
+def _probability_figures(diff: torch.Tensor) -> dict[str, float]:
+    """verl's valid, max, mean and (unbiased) std of the active |p_training - p_rollout|."""
+    return {
         DEBUG[0]: 1.0,
         DEBUG[1]: _item(torch.max(diff)),
         DEBUG[2]: _item(torch.mean(diff)),
         DEBUG[3]: _item(torch.std(diff)),
     }
-    del diff
-    if actor.dtype != roll.dtype:  # verl's stack promotes the two: as it does
-        figures[DEBUG[4]] = _item(_pearson(select(actor), select(roll)))
-        return figures
-    # verl stacks the two selections: selected straight into the stacked rows (same values)
-    both = torch.empty((2, select.count), dtype=actor.dtype)
-    select(actor, out=both[0])
-    del actor
-    select(roll, out=both[1])
-    del roll, select
-    figures[DEBUG[4]] = _item(torch.corrcoef(both)[0][1])
-    return figures
 
 
 # Tokens per block of the float64 pass (whole rows, at least one): a dozen float64 block

@@ -255,6 +255,8 @@ class VllmRolloutEngine:
         if cfg.max_num_batched_tokens is not None:
             kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
         if cfg.logprobs_mode == "raw_logits":
+            # Full-vocabulary logprobs stay servable as vLLM's dicts: the scorer takes the
+            # rows as tensors instead (rows.py), and the tests compare the two bit for bit.
             kwargs["max_logprobs"] = -1
         if cfg.executor == "external_launcher":
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -302,6 +304,11 @@ class VllmRolloutEngine:
             raise load_failure("vLLM", exc, cfg.model_path) from exc
         self._closed = False
         _LIVE.add(self)
+        if cfg.logprobs_mode == "raw_logits":
+            # The operator path's prompt rows are kept as tensors in every worker (rows.py).
+            from xconf.adapters.vllm.rows import install_prompt_capture
+
+            self.llm.collective_rpc(install_prompt_capture)
         self.last_batch_size: int | None = None  # the chunking of the last score call
         self.last_scoring_mode: str | None = None  # decode or prefill, of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
@@ -311,11 +318,6 @@ class VllmRolloutEngine:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @property
-    def logprobs_k(self) -> int:
-        """0: only the selected token (native); -1: every vocabulary entry (operator path)."""
-        return 0 if self.cfg.logprobs_mode == "raw_logprobs" else -1
 
     def note_request(self, n_outputs: int, cached_tokens: int = 0) -> None:
         """Record how many requests the engine answered in one generate call, and how many

@@ -5,6 +5,8 @@ every step the processor reads the row's position from the live output-token lis
 vLLM hands over when the request is added, and masks every other token to ``-inf``.
 vLLM computes ``raw_logprobs`` before logits processors run, so forcing changes which
 token is emitted but not the reported logprob. Rows without the key are untouched.
+A request that also names :data:`~xconf.adapters.vllm.rows.ROWS_KEY` has each of its rows
+kept, as the processor receives it and before pinning it (:mod:`xconf.adapters.vllm.rows`).
 
 This module imports vLLM at import time: it is loaded by vLLM itself through the import
 string :data:`FORCED_TOKENS_PROCESSOR` (also in worker processes), never by xconf's core.
@@ -21,6 +23,8 @@ from vllm.v1.sample.logits_processor import (
     LogitsProcessor,
     MoveDirectionality,
 )
+
+from xconf.adapters.vllm import rows
 
 FORCED_TOKENS_KEY = "xconf_forced_tokens"
 
@@ -40,6 +44,8 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         extra = getattr(sampling_params, "extra_args", None) or {}
         forced = extra.get(FORCED_TOKENS_KEY)
+        if rows.ROWS_KEY in extra and not isinstance(extra[rows.ROWS_KEY], str):
+            raise ValueError(f"{rows.ROWS_KEY} must be a string")
         if forced is None:
             return
         if not isinstance(forced, list | tuple) or not all(
@@ -48,8 +54,9 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
             raise ValueError(f"{FORCED_TOKENS_KEY} must be a list of non-negative ints")
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        # batch row -> (forced token ids, live reference to the row's output token ids)
-        self._rows: dict[int, tuple[list[int], list[int]]] = {}
+        # batch row -> (forced token ids, live reference to the row's output token ids, the
+        # key its rows are kept under or None)
+        self._rows: dict[int, tuple[list[int], list[int], str | None]] = {}
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -64,7 +71,7 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
             if forced is None:
                 self._rows.pop(index, None)
             else:
-                self._rows[index] = (forced, output_ids)
+                self._rows[index] = (forced, output_ids, rows.rows_key(params))
         for src, dst, direction in batch_update.moved:
             a = self._rows.pop(src, None)
             if direction == MoveDirectionality.SWAP:
@@ -77,12 +84,14 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
                 self._rows[dst] = a
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        for index, (forced, output_ids) in self._rows.items():
+        for index, (forced, output_ids, key) in self._rows.items():
             position = len(output_ids)
             if position >= len(forced) or index >= logits.shape[0]:
                 continue
             token = forced[position]
             row = logits[index]
+            if key is not None:
+                rows.keep(key, position, row[None].clone())
             keep = row[token].clone()
             row.fill_(float("-inf"))
             row[token] = keep if torch.isfinite(keep) else 0.0

@@ -8,17 +8,23 @@ Modes (part of the identity):
 
 ``batch_size`` chunks the frozen samples into ``generate`` calls of that many requests.
 With an injected selected-logprob operator the engine must have been built with
-``logprobs_mode="raw_logits"`` and full-vocabulary logprobs; the operator then computes the
-selected logprob from the engine's own logits rows.
+``logprobs_mode="raw_logits"``; the operator then computes the selected logprob from the
+engine's own full-vocabulary logits rows, which the engine keeps as tensors for the
+requests that ask (:mod:`xconf.adapters.vllm.rows`), each checked against the raw logit the
+engine reports for its token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
 from xconf.adapters.frozen import DEFAULT_PROMPTS, FrozenBatch, FrozenSample, assemble_scores
+from xconf.adapters.vllm import rows as logits_rows
 from xconf.adapters.vllm.engine import VllmRolloutEngine
 from xconf.knobs import LOGP_BACKEND
 
@@ -80,40 +86,52 @@ def _select(
     targets: list[int],
     op: SelectedLogprobOp | None,
     where: str,
+    kept: Any = None,
 ) -> list[float]:
-    """Native: the engine's raw logprob. Operator: op over the engine's full logits rows."""
+    """Native: the engine's raw logprob. Operator: op over the engine's full logits rows
+    (``kept``: the rows the engine kept for this request, checked against ``entries``, the
+    raw logit it reported for each target)."""
+    reported = [
+        _entry_value(e, t, f"{where}[{k}]")
+        for k, (e, t) in enumerate(zip(entries, targets, strict=True))
+    ]
     if op is None:
-        return [
-            _entry_value(e, t, f"{where}[{k}]")
-            for k, (e, t) in enumerate(zip(entries, targets, strict=True))
-        ]
+        return reported
     import torch
 
-    rows = []
-    for k, entry in enumerate(entries):
-        if not entry:
-            raise ScoringError(
-                "runtime.missing_logits", "engine returned no logits row", f"{where}[{k}]"
-            )
-        row = torch.full((max(entry) + 1,), float("-inf"), dtype=torch.float32)
-        for tok, lp in entry.items():
-            row[tok] = float(lp.logprob)
-        rows.append(row)
-    width = max(r.shape[0] for r in rows)
-    logits = torch.full((len(rows), width), float("-inf"), dtype=torch.float32)
-    for k, r in enumerate(rows):
-        logits[k, : r.shape[0]] = r
+    logits = logits_rows.rows_checked(kept, targets, reported, where)
     target = torch.tensor(targets, dtype=torch.long)
-    out = op(logits, target, torch.ones(len(rows), dtype=torch.bool))
+    out = op(logits, target, torch.ones(len(targets), dtype=torch.bool))
     if (
         not isinstance(out, torch.Tensor)
         or out.dtype != torch.float32
-        or tuple(out.shape) != (len(rows),)
+        or tuple(out.shape) != (len(targets),)
     ):
         raise ScoringError(
             "runtime.operator_output", "operator must return float32 [N]", LOGP_BACKEND.path
         )
-    return [float(v) for v in out]
+    return out.tolist()
+
+
+@contextmanager
+def _kept_rows(
+    engine: VllmRolloutEngine, n: int, op: SelectedLogprobOp | None
+) -> Iterator[tuple[list[dict[str, str]], dict[str, Any]]]:
+    """Each request's ``extra_args`` asking the engine to keep its logits rows (only for an
+    operator), and, once the block's ``generate`` is done, what the engine kept: taken from
+    the workers even when ``generate`` failed, so no rows outlive their requests."""
+    keys = [f"{uuid.uuid4().hex}:{i}" for i in range(n)] if op is not None else []
+    extra = [{logits_rows.ROWS_KEY: k} for k in keys] or [{} for _ in range(n)]
+    kept: dict[str, Any] = {"keys": keys}
+    try:
+        yield extra, kept
+    except BaseException:
+        if keys:  # dropped; the error that stopped generate is the one to see
+            with contextlib.suppress(Exception):
+                logits_rows.taken(engine, keys)
+        raise
+    if keys:
+        kept.update(logits_rows.taken(engine, keys))
 
 
 def _score_decode(
@@ -121,23 +139,24 @@ def _score_decode(
 ) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
-    params = [
-        SamplingParams(
-            max_tokens=len(s.response_ids),
-            temperature=0.0,
-            logprobs=engine.logprobs_k,
-            ignore_eos=True,
-            detokenize=False,
-            extra_args={FORCED_TOKENS_KEY: list(s.response_ids)},
+    with _kept_rows(engine, len(samples), op) as (extra, kept):
+        params = [
+            SamplingParams(
+                max_tokens=len(s.response_ids),
+                temperature=0.0,
+                logprobs=0,  # the emitted (forced) token's raw logprob, or raw logit
+                ignore_eos=True,
+                detokenize=False,
+                extra_args={FORCED_TOKENS_KEY: list(s.response_ids), **more},
+            )
+            for s, more in zip(samples, extra, strict=True)
+        ]
+        outs = engine.llm.generate(
+            [{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False
         )
-        for s in samples
-    ]
-    outs = engine.llm.generate(
-        [{"prompt_token_ids": list(s.prompt_ids)} for s in samples], params, use_tqdm=False
-    )
     engine.note_request(len(outs), _cached(outs))
     result = []
-    for s, out in zip(samples, outs, strict=True):
+    for i, (s, out) in enumerate(zip(samples, outs, strict=True)):
         comp = out.outputs[0]
         got = tuple(int(t) for t in comp.token_ids)
         if got != s.response_ids:
@@ -150,7 +169,7 @@ def _score_decode(
             raise ScoringError(
                 "runtime.missing_logprob", "decode returned no per-token logprobs", "rollout"
             )
-        values = _select(list(comp.logprobs), list(got), op, "rollout.decode")
+        values = _select(list(comp.logprobs), list(got), op, "rollout.decode", _of(kept, i))
         base = len(s.prompt_ids) - 1
         result.append({base + k: v for k, v in enumerate(values)})
     return result
@@ -161,22 +180,31 @@ def _score_prefill(
 ) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
-    params = SamplingParams(
-        max_tokens=1, temperature=0.0, prompt_logprobs=engine.logprobs_k, detokenize=False
-    )
-    outs = engine.llm.generate(
-        [{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False
-    )
+    with _kept_rows(engine, len(samples), op) as (extra, kept):
+        # prompt_logprobs=0: each prompt token's own raw logprob, or raw logit
+        params = [
+            SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                prompt_logprobs=0,
+                detokenize=False,
+                extra_args=more or None,
+            )
+            for more in extra
+        ]
+        outs = engine.llm.generate(
+            [{"prompt_token_ids": list(s.token_ids)} for s in samples], params, use_tqdm=False
+        )
     engine.note_request(len(outs), _cached(outs))
     result = []
-    for s, out in zip(samples, outs, strict=True):
+    for i, (s, out) in enumerate(zip(samples, outs, strict=True)):
         plp = out.prompt_logprobs
         if plp is None or len(plp) != s.length:
             raise ScoringError(
                 "runtime.missing_logprob", "prefill returned no prompt logprobs", "rollout"
             )
         ids = s.token_ids
-        values = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill")
+        values = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill", _of(kept, i))
         result.append(dict(enumerate(values)))
     return result
 
@@ -231,3 +259,9 @@ def score_frozen(
 def _cached(outs: Any) -> int:
     """Prompt tokens the engine served from its prefix cache for these requests."""
     return sum(int(getattr(out, "num_cached_tokens", 0) or 0) for out in outs)
+
+
+def _of(kept: dict[str, Any], i: int) -> Any:
+    """What the engine kept for the ``i``-th request of a block (None: nothing was asked)."""
+    keys = kept["keys"]
+    return kept[keys[i]] if keys else None
