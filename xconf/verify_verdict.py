@@ -97,12 +97,14 @@ def _check_documents(path: Path, seal: Mapping[str, Any]) -> str | dict[str, Any
     return documents
 
 
-def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
-    """Re-judge a sealed attempt from its own tensors; the first disagreement, or None."""
+def check_verdict(path: Path, seal: Mapping[str, Any], *, judged: bool = False) -> str | None:
+    """Re-judge a sealed attempt from its own tensors; the first disagreement, or None.
+    ``judged``: the run's header says it is one of ``xconf judge``'s (where its identity
+    keeps the token table: :func:`~xconf.runtime.rederive.token_payload`)."""
     documents = _check_documents(path, seal)
     if isinstance(documents, str):
         return documents
-    payload = token_payload(documents["identity.json"])
+    payload = token_payload(documents["identity.json"], judged=judged)
     try:
         doc = read_bounded_json(path / COMPARISON_NAME)
         diffs = read_tensors(path / TOKEN_DIFFS_NAME)
@@ -199,12 +201,15 @@ def _check_recomputation(
 # dtypes now: any disagreement makes the attempt damaged and the case is scored again.
 
 
-def rejudge_attempt(path: Path, seal: Mapping[str, Any], threshold: float) -> str | None:
+def rejudge_attempt(
+    path: Path, seal: Mapping[str, Any], threshold: float, *, judged: bool = False
+) -> str | None:
     """Why the attempt's sealed verdict does not follow from its tensors; None if it does.
 
-    ``threshold`` is the contract's threshold for the case as the runner resolves it.
+    ``threshold`` is the contract's threshold for the case as the runner (or judge)
+    resolves it.
     """
-    problem = check_verdict(path, seal)
+    problem = check_verdict(path, seal, judged=judged)
     if problem is not None:
         return problem
     try:

@@ -120,6 +120,24 @@ def _judged_dtype(run: Path, attempts: dict[str, Path]) -> None:
     )
 
 
+def _dress(attempt: Path) -> None:
+    """A scored attempt dressed as a judged dump: a `dump` record added, the sides removed
+    (before, the checks of a scored attempt were skipped for it)."""
+    dump = {"file": "x.safetensors", "sha256": "0" * 64, "declared": {}, "source_dtypes": {}}
+    edit_json(attempt, "actual.json", lambda d: (d.update(dump=dump), d.pop("sides")))
+    edit_json(attempt, "materialized.json", lambda d: d.pop("sides"))
+
+
+def _dressed_other_case(run: Path, attempts: dict[str, Path]) -> None:
+    _other_case(run, attempts)
+    _dress(attempts[FAILING])
+
+
+def _dressed_judged_dtype(run: Path, attempts: dict[str, Path]) -> None:
+    _judged_dtype(run, attempts)
+    _dress(attempts[PASSING])
+
+
 Forgery = Callable[[Path, dict[str, Path]], None]
 # (forgery, what verify names, the case a resume must rescore; None: the resume refuses)
 FORGERIES: dict[str, tuple[Forgery, str, str | None]] = {
@@ -132,6 +150,9 @@ FORGERIES: dict[str, tuple[Forgery, str, str | None]] = {
     "identity-checkpoint": (_checkpoint, "scored on 2 frozen identities", None),
     "readback-dtype": (_readback, "with status 'applied'; that readback gives 'fallback'", PASSING),
     "judged-dtype": (_judged_dtype, "judges dtypes ['bfloat16', 'float32']", PASSING),
+    # fourth campaign: the kind of an attempt is its run's, never the attempt's own claim
+    "dressed-other-case": (_dressed_other_case, "not the layout of a scored attempt", FAILING),
+    "dressed-judged-dtype": (_dressed_judged_dtype, "not the layout of a scored attempt", PASSING),
 }
 
 
