@@ -48,6 +48,26 @@ class Keys:
     def wanted(self) -> set[str]:
         return {self.rollout, self.training, self.mask, self.responses, self.input_ids}
 
+    def check(self, where: str) -> None:
+        """Each key names its own tensor: ``--rollout-key`` and ``--training-key`` naming one
+        tensor would judge it against itself (a pass that compared nothing)."""
+        named: dict[str, str] = {}
+        for role, key in (
+            ("rollout", self.rollout),
+            ("training", self.training),
+            ("mask", self.mask),
+            ("responses", self.responses),
+            ("input_ids", self.input_ids),
+        ):
+            if key in named:
+                raise JudgeError(
+                    "judge.same_key",
+                    f"the {named[key]} and {role} keys both name '{key}': each side is its "
+                    "own tensor",
+                    f"{where}:{key}",
+                )
+            named[key] = role
+
 
 @dataclass(frozen=True)
 class Dump:
@@ -134,6 +154,7 @@ def _same_lengths(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
     path = Path(file).expanduser()
+    keys.check(str(path))
     parsed = parse_dump(path, keys.wanted())
     where = str(path)
     columns = parsed.columns
