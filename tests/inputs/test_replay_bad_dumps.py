@@ -188,6 +188,10 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
     positions[0] += 3
     pickle = root / "step.pt"
     pickle.write_bytes(b"\x80\x04 never opened")
+    # fourth campaign: zero-width responses (before: a broadcasting RuntimeError traceback)
+    none = torch.zeros((3, 0), dtype=torch.int64)
+    prompt_only = {"attention_mask": torch.ones((3, P), dtype=torch.int64), "response_mask": none}
+    prompt_only["position_ids"] = torch.arange(P).expand(3, P)
 
     def dump(name: str, **changes: torch.Tensor) -> str:
         return f"identity.dump={_save(root / f'{name}.safetensors', _batch(**changes))}"
@@ -213,6 +217,12 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
         ("tail", [dump("tail", input_ids=tail)], "identity.dump_response_not_at_end", "tail"),
         ("gaps", [dump("gaps", response_mask=gaps)], "identity.dump_mask_gaps", "gaps"),
         ("pos", [dump("pos", position_ids=positions)], "identity.dump_bad_positions", "pos"),
+        (
+            "zero_width",
+            [dump("zero_width", responses=none, **prompt_only)],
+            "identity.dump_empty",
+            "zero_width",
+        ),
         (
             "unknown_key",
             [dump("unknown_key"), "+identity.dump_keys.labels=x"],

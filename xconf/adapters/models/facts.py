@@ -96,7 +96,7 @@ def read_checkpoint_bytes(path: Path, code: str = "model.bad_config") -> bytes |
     try:
         return read_regular(path, CHECKPOINT_TEXT_BYTES, follow=True)
     except ArtifactError as exc:
-        raise _error(code, f"{path.name}: {exc.message}", path) from None
+        raise _error(code, exc.message, path) from None
 
 
 def read_checkpoint_json(path: Path, code: str = "model.bad_config") -> Any:
