@@ -27,10 +27,9 @@ def _dump(path: Path) -> Path:
     p, r = max(map(len, prompts)), max(map(len, responses))
     ids, attention = [], []
     for prompt, response in zip(prompts, responses, strict=True):
-        ids.append(
-            [0] * (p - len(prompt)) + list(prompt) + list(response) + [0] * (r - len(response))
-        )
-        attention.append([0] * (p - len(prompt)) + [1] * (len(prompt) + len(response)) + [0] * (r - len(response)))  # fmt: skip
+        left, right = [0] * (p - len(prompt)), [0] * (r - len(response))
+        ids.append(left + list(prompt) + list(response) + right)
+        attention.append(left + [1] * (len(prompt) + len(response)) + right)
     input_ids = torch.tensor(ids)
     tensors = {
         "input_ids": input_ids,
@@ -57,7 +56,7 @@ def test_a_replayed_dump_run_is_localized(model_cache, tmp_path, xconf_cli) -> N
     case = next(r.case_id for r in summary.records if r.label != "baseline")
     attempt = next((run / "cases" / case).iterdir())
     assert json.loads((attempt / "identity.json").read_text())["recipe"]["kind"] == "from_dump"
-    code, stdout, err = xconf_cli("localize", run, case)
+    code, _, err = xconf_cli("localize", run, case)
     assert code == 0, err[-3000:]
     stored = latest(run, case)
     assert stored is not None and stored.get("status") != "error" and stored["line"], stored

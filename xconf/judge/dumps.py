@@ -28,6 +28,7 @@ from xconf.judge.formats import (
     PICKLE_SUFFIXES,
     Column,
     JudgeError,
+    Parsed,
     parse_dump,
 )
 
@@ -155,7 +156,12 @@ def _same_lengths(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
     path = Path(file).expanduser()
     keys.check(str(path))
-    parsed = parse_dump(path, keys.wanted())
+    return dump_of(name, path, parse_dump(path, keys.wanted()), keys)
+
+
+def dump_of(name: str, path: Path, parsed: Parsed, keys: Keys) -> Dump:
+    """The checked case of a parsed dump (``load_dump``'s checks, for tensors already in
+    memory too: the in-loop API checks a step's tensors before it writes their dump)."""
     where = str(path)
     columns = parsed.columns
     for key in (keys.rollout, keys.training):
