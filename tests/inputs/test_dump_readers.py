@@ -105,6 +105,43 @@ def _parquet_bomb(tmp: Path) -> Path:
     return path
 
 
+def _parquet_twice(tmp: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lists = [pa.array(t.tolist(), type=pa.list_(pa.float32())) for t in (R, T, R)]
+    mask = pa.array(MASK.tolist(), type=pa.list_(pa.int64()))
+    names = ["rollout_log_probs", "old_log_probs", "old_log_probs", "response_mask"]
+    path = tmp / "twice.parquet"
+    pq.write_table(pa.Table.from_arrays([*lists, mask], names=names), path)
+    return path
+
+
+def _npz_twice(tmp: Path) -> Path:
+    import warnings
+
+    path = tmp / "twice.npz"
+    with zipfile.ZipFile(path, "w") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name, and writes it
+        for key, value in (("rollout_log_probs", R), ("old_log_probs", T),
+                           ("old_log_probs", R), ("response_mask", MASK)):  # fmt: skip
+            buffer = io.BytesIO()
+            np.save(buffer, value.numpy())
+            archive.writestr(f"{key}.npy", buffer.getvalue())
+    return path
+
+
+def _jsonl_twice(tmp: Path) -> Path:
+    path = tmp / "twice.jsonl"
+    rows = [
+        f'{{"rollout_log_probs": {json.dumps(r)}, "old_log_probs": {json.dumps(t)}, '
+        f'"old_log_probs": {json.dumps(r)}, "response_mask": [1, 1, 1, 1]}}'
+        for r, t in zip(R.tolist(), T.tolist(), strict=True)
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
 # name -> (make the dump, extra argv, code, text the error shows)
 Attack = tuple[Callable[[Path], Path], list[str], str, str]
 ATTACKS: dict[str, Attack] = {
@@ -113,6 +150,9 @@ ATTACKS: dict[str, Attack] = {
     "shape_0_2_70": (_huge_shape, [], "judge.unreadable", "is not a tensor's"),
     "npz_declares_2_gib": (_npz_lie, [], "judge.unreadable", "declares (268435456,)"),
     "parquet_bomb": (_parquet_bomb, [], "judge.too_large", "more than the 16777216"),
+    "parquet_column_twice": (_parquet_twice, [], "judge.unreadable", "'old_log_probs' twice"),
+    "npz_member_twice": (_npz_twice, [], "judge.unreadable", "'old_log_probs.npy' twice"),
+    "jsonl_key_twice": (_jsonl_twice, [], "judge.unreadable", "'old_log_probs' twice"),
 }
 
 

@@ -81,7 +81,9 @@ def _edit(attempt: Path, name: str, edit: Callable[[dict[str, Any]], None]) -> N
         reseal(attempt, name, json_bytes(document))
 
 
-def _relabel_bf16(run: Path, attempt: Path, *, actual: bool = False) -> None:
+def _relabel_bf16(
+    run: Path, attempt: Path, *, actual: bool = False, declared: bool = False
+) -> None:
     """The float32 fail judged again at the bfloat16 threshold, every record but actual.json
     (or, with ``actual``, its recorded dtypes too) telling the same story."""
     knobs = {"rollout.dtype": "bfloat16", "training.compute_dtype": "bfloat16"}
@@ -99,6 +101,8 @@ def _relabel_bf16(run: Path, attempt: Path, *, actual: bool = False) -> None:
     if actual:
         _edit(attempt, "actual.json", lambda d: d["dump"].update(dtypes={
             "rollout": "bfloat16", "training": "bfloat16"}))  # fmt: skip
+    if declared:  # every record consistent: the dump's own declared keys rewritten too
+        _edit(attempt, "actual.json", lambda d: d["dump"].update(declared={"dtype": "bfloat16"}))
     _edit(attempt, "COMPLETE", lambda d: d.update(result="pass"))
     _rekey(attempt)
     edit_plan(run, lambda rows: next(r for r in rows if r["case_id"] == "bad").update(knobs=knobs))
@@ -167,3 +171,12 @@ def test_a_copy_under_the_cases_own_key_is_never_reused(judged, xconf_cli) -> No
     assert code == 1, stdout
     again = json.loads((run / "cases" / "bad" / "a-0002" / "comparison.json").read_text())
     assert again["result"] == "fail"
+
+
+def test_a_relabel_consistent_in_every_record_is_named_by_the_dump_itself(judged) -> None:
+    """Every record (actual.json's declared keys included) says bfloat16; the dump, still at
+    its sealed path with its sealed digest, declares float32."""
+    run, attempts = judged(dtype="float32")
+    _relabel_bf16(run, attempts["bad"], actual=True, declared=True)
+    reasons = _damaged(run)
+    assert "declares {'dtype': 'float32'}; actual.json records {'dtype': 'bfloat16'}" in reasons

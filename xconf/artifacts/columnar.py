@@ -46,6 +46,12 @@ def npz_arrays(data: bytes | bytearray, where: str, budget: int) -> dict[str, An
             members = archive.infolist()
             if len(members) > MAX_MEMBERS:
                 raise _too_large(f"{len(members)} arrays, more than {MAX_MEMBERS}", where)
+            names = [m.filename for m in members]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # the archive would be read as the last of the two
+                raise ArtifactError(
+                    "columnar.malformed", f"the archive holds {twice[0][:200]!r} twice", where
+                )
             declared = sum(m.file_size for m in members)
             if declared > budget:
                 raise _too_large(
@@ -106,6 +112,12 @@ def parquet_table(
 
     try:
         source = pq.ParquetFile(pa.BufferReader(memoryview(data)))
+        names = source.schema_arrow.names
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # a column named twice means two things
+            raise ArtifactError(
+                "columnar.malformed", f"the file names the column {twice[0][:200]!r} twice", where
+            )
         meta = source.metadata
         if max_rows is not None and meta.num_rows > max_rows:
             raise _too_large(f"{meta.num_rows} rows, more than {max_rows}", where)

@@ -14,7 +14,6 @@ refused before the file is opened.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +24,13 @@ from typing import Any
 import torch
 
 from xconf.artifacts.columnar import npz_arrays, parquet_table
-from xconf.artifacts.layout import UNBOUNDED, StreamDigest, input_budget, open_regular
+from xconf.artifacts.layout import (
+    UNBOUNDED,
+    StreamDigest,
+    input_budget,
+    open_regular,
+    parse_json,
+)
 from xconf.artifacts.safetensors_header import Entry, Header, header_length, parse_header
 from xconf.errors import ArtifactError, XconfError
 
@@ -122,7 +127,7 @@ def _allocated(size: int, path: Path) -> bytearray:
 def read_once(path: Path) -> tuple[bytearray, str]:
     """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
-        _within_budget(size, path)
+        _file_within_budget(size, path)
         buffer = _allocated(size, path)
         _read_into(fd, memoryview(buffer), digest, path)  # each chunk hashed as the next is read
         _at_end(fd, path)
@@ -148,6 +153,7 @@ def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
     of the file digested as it is read."""
     where = str(path)
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
+        _file_within_budget(size, path)  # every byte is read and digested: a 200 GB gap too
         prefix = bytearray(8)
         if size >= 8:
             _read_into(fd, memoryview(prefix), digest, path)
@@ -200,6 +206,17 @@ def _st_dtype(entry: Entry, where: str) -> torch.dtype:
             f"{where}:{entry.name}",
         )  # fmt: skip
     return dtype
+
+
+def _file_within_budget(size: int, path: Path) -> None:
+    """A dump is read whole (and digested): one larger than the budget is refused unread."""
+    if size > input_budget():
+        raise JudgeError(
+            "judge.too_large",
+            f"{path.name} is {size} bytes, more than the {input_budget()} one input may take "
+            "(XCONF_MAX_INPUT_BYTES)",
+            str(path),
+        )
 
 
 def _within_budget(nbytes: int, path: Path) -> None:
@@ -329,12 +346,10 @@ def _jsonl(buffer: bytearray, wanted: set[str], where: str) -> Read:
     for number, line in enumerate(bytes(buffer).split(b"\n"), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise JudgeError(
-                "judge.unreadable", f"line {number} is not JSON: {exc}", f"{where}:{number}"
-            ) from None
+        try:  # bounded in depth, every key once (a row naming old_log_probs twice is refused)
+            record = parse_json(line, f"line {number}", f"{where}:{number}")
+        except ArtifactError as exc:
+            raise JudgeError("judge.unreadable", exc.message, f"{where}:{number}") from None
         if not isinstance(record, dict):
             raise JudgeError(
                 "judge.unreadable", f"line {number} is not an object", f"{where}:{number}"

@@ -17,10 +17,13 @@ engine was observed:
   ``rollout_dtype`` / ``training_dtype`` key, which must say so: :func:`choose_dtype`, the
   one precedence rule); ``comparison.json``, ``requested.json`` and the plan row must judge
   exactly those, so a float32 fail relabelled bfloat16 is named;
-* the execution key is recomputed from the records (:func:`execution_key`).
+* the execution key is recomputed from the records (:func:`execution_key`);
+* when the dump itself is still where the attempt says, with the digest it sealed, the dtype
+  keys it declares must be the ones ``actual.json`` records (:func:`dump_problem`): a
+  forgery that rewrote every record consistently is still named by the dump it cites.
 
-Torch-free: only bounded JSON is read here (the tensors are re-judged by
-:mod:`xconf.verify_verdict`).
+Only bounded JSON is read here, and the dump through judge's own reader (the tensors are
+re-judged by :mod:`xconf.verify_verdict`).
 """
 
 from __future__ import annotations
@@ -123,6 +126,30 @@ def derived_dtypes(dump: Mapping[str, Any]) -> tuple[str, str] | str:
     return out[0], out[1]
 
 
+def dump_problem(dump: Mapping[str, Any]) -> str | None:
+    """The dump at the path the attempt records, when it is still the sealed one (its
+    digest), must declare the dtype keys ``actual.json`` says it declared. Gone or changed:
+    nothing to compare (None)."""
+    from xconf.judge.formats import META_KEYS, JudgeError, parse_dump
+
+    file = dump.get("file")
+    if not isinstance(file, str) or not Path(file).is_file():
+        return None
+    try:
+        parsed = parse_dump(Path(file), set())
+    except JudgeError:
+        return None  # unreadable now: it is not the dump that was sealed
+    if parsed.sha256 != dump.get("sha256"):
+        return None
+    declared = {k: parsed.meta[k] for k in META_KEYS if k in parsed.meta}
+    if declared != _mapping(dump.get("declared")):
+        return (
+            f"the dump {file} (the sealed sha256) declares {declared}; actual.json records "
+            f"{dump.get('declared')}"
+        )
+    return None
+
+
 def _recipe(identity: Mapping[str, Any]) -> dict[str, Any]:
     recipe = identity.get("recipe")
     if isinstance(recipe, str):
@@ -174,6 +201,9 @@ def record_problems(
         digests["actual.json dump"], str
     ):
         problems.append(f"the records name different dumps: {digests}")
+    problem = dump_problem(dump)
+    if problem is not None:
+        problems.append(problem)
     dtypes = derived_dtypes(dump)
     if isinstance(dtypes, str):
         problems.append(dtypes)
