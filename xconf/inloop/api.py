@@ -69,7 +69,8 @@ class InloopError(XconfError):
 def inloop_errors(where: str) -> Iterator[None]:
     """Every failure inside the in-loop API as an :class:`InloopError`: a coded error keeps
     its code and path, anything else (a tensor library's own error on an odd tensor, an
-    ``OSError``) is ``inloop.failed`` naming ``where``."""
+    ``OSError``) is ``inloop.failed`` naming ``where``. A context manager, and a decorator
+    of every entry point (``@inloop_errors("seal_step")``)."""
     try:
         yield
     except InloopError:
@@ -218,6 +219,7 @@ def in_memory_case(
     return resolve_dtypes(dump, None, rollout_dtype, training_dtype, correction)
 
 
+@inloop_errors("judge_batch")
 def judge_batch(
     rollout_log_probs: Any,
     old_log_probs: Any,
@@ -240,13 +242,12 @@ def judge_batch(
     """
     from xconf.judge.seal import verdict
 
-    with inloop_errors("judge_batch"):
-        rollout, training, mask = check_tensors(rollout_log_probs, old_log_probs, response_mask)
-        if correction is not None:  # checked now: inside the verdict it would only be noted
-            from xconf.rollout_correction import check_correction
+    rollout, training, mask = check_tensors(rollout_log_probs, old_log_probs, response_mask)
+    if correction is not None:  # checked now: inside the verdict a bad one would only be noted
+        from xconf.rollout_correction import check_correction
 
-            check_correction(correction)  # its code, as judge raises it
-        case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
-        _, _, outcome = verdict(case)
-        document = dict(outcome.document)
-        return BatchVerdict(outcome.result, figures(document), document)
+        check_correction(correction)  # its code, as judge raises it
+    case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
+    _, _, outcome = verdict(case)
+    document = dict(outcome.document)
+    return BatchVerdict(outcome.result, figures(document), document)

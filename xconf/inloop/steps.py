@@ -61,6 +61,7 @@ def _dump_tensors(
     return tensors
 
 
+@inloop_errors("seal_step")
 def seal_step(
     root: str | Path,
     run: str,
@@ -79,25 +80,6 @@ def seal_step(
     Everything is checked before a byte is written (the tensors, the token ids against each
     other as judge reads them, the dtypes): a step that cannot be judged leaves nothing
     behind. Whatever goes wrong is an :class:`InloopError`."""
-    with inloop_errors("seal_step"):
-        return _seal_step(
-            root, run, step, rollout_log_probs, old_log_probs, response_mask,
-            rollout_dtype, training_dtype, correction, tokens,
-        )  # fmt: skip
-
-
-def _seal_step(
-    root: str | Path,
-    run: str,
-    step: int,
-    rollout_log_probs: Any,
-    old_log_probs: Any,
-    response_mask: Any,
-    rollout_dtype: str,
-    training_dtype: str,
-    correction: Correction | None,
-    tokens: Mapping[str, Any],
-) -> Path:
     from safetensors.torch import save
 
     from xconf.artifacts.safe_io import ensure_real_dir, publish_bytes
@@ -132,6 +114,7 @@ class StepJudge:
     """:func:`judge_batch` on every call; a sealed dump every ``every`` steps (0: never)
     and, with ``on_failure``, whenever the verdict is not ``pass``."""
 
+    @inloop_errors("StepJudge")
     def __init__(
         self, root: str | Path, *, run: str = "inloop", every: int = 0, on_failure: bool = True
     ) -> None:
@@ -146,6 +129,7 @@ class StepJudge:
         self.every = every
         self.on_failure = on_failure
 
+    @inloop_errors("StepJudge")
     def __call__(
         self,
         step: int,
@@ -157,23 +141,6 @@ class StepJudge:
         training_dtype: str,
         correction: Correction | None = None,
         **tokens: Any,
-    ) -> BatchVerdict:
-        with inloop_errors("StepJudge"):
-            return self._judge(
-                step, rollout_log_probs, old_log_probs, response_mask, rollout_dtype,
-                training_dtype, correction, tokens,
-            )  # fmt: skip
-
-    def _judge(
-        self,
-        step: int,
-        rollout_log_probs: Any,
-        old_log_probs: Any,
-        response_mask: Any,
-        rollout_dtype: str,
-        training_dtype: str,
-        correction: Correction | None,
-        tokens: Mapping[str, Any],
     ) -> BatchVerdict:
         verdict = judge_batch(
             rollout_log_probs,

@@ -127,7 +127,7 @@ def _allocated(size: int, path: Path) -> bytearray:
 def read_once(path: Path) -> tuple[bytearray, str]:
     """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
-        _file_within_budget(size, path)
+        _within_budget(size, path, "the file's bytes")
         buffer = _allocated(size, path)
         _read_into(fd, memoryview(buffer), digest, path)  # each chunk hashed as the next is read
         _at_end(fd, path)
@@ -153,7 +153,7 @@ def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
     of the file digested as it is read."""
     where = str(path)
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
-        _file_within_budget(size, path)  # every byte is read and digested: a 200 GB gap too
+        _within_budget(size, path, "the file's bytes")  # every one is read and digested
         prefix = bytearray(8)
         if size >= 8:
             _read_into(fd, memoryview(prefix), digest, path)
@@ -164,7 +164,7 @@ def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
              for e in header.entries.values()),
             key=lambda entry: (entry[3], entry[4]),
         )  # fmt: skip
-        _within_budget(sum(e.nbytes for e in header.entries.values()), path)
+        _within_budget(sum(e.nbytes for e in header.entries.values()), path, "its tensors")
         columns: dict[str, Column] = {}
         position = 0
         for name, dtype, shape, begin, end in entries:
@@ -208,24 +208,14 @@ def _st_dtype(entry: Entry, where: str) -> torch.dtype:
     return dtype
 
 
-def _file_within_budget(size: int, path: Path) -> None:
-    """A dump is read whole (and digested): one larger than the budget is refused unread."""
-    if size > input_budget():
-        raise JudgeError(
-            "judge.too_large",
-            f"{path.name} is {size} bytes, more than the {input_budget()} one input may take "
-            "(XCONF_MAX_INPUT_BYTES)",
-            str(path),
-        )
-
-
-def _within_budget(nbytes: int, path: Path) -> None:
-    """What the dump makes judge allocate, checked before anything is allocated."""
+def _within_budget(nbytes: int, path: Path, what: str) -> None:
+    """What the dump makes judge read or allocate (``what``: the file, its tensors), checked
+    before a byte of it is read or allocated."""
     if nbytes > input_budget():
         raise JudgeError(
             "judge.too_large",
-            f"{path.name} declares {nbytes} bytes of tensors, more than the {input_budget()} "
-            "one input may take (XCONF_MAX_INPUT_BYTES)",
+            f"{path.name}: {what} take {nbytes} bytes, more than the {input_budget()} one "
+            "input may take (XCONF_MAX_INPUT_BYTES)",
             str(path),
         )
 

@@ -354,7 +354,7 @@ def record_problems(
 
     ``judged``: the run is one of ``xconf judge``'s (its header says so): no engine was
     observed, so only the identity and the token tensors are checked here; the judged
-    records' own rules are :func:`xconf.judge.records.judged_problems`."""
+    records' own rules are :func:`xconf.judge.records.attempt_problems`."""
     try:
         docs = {name: read_json(path / name) for name in KEY_RECORDS}
     except Exception as exc:  # an unreadable record is damage, whatever the parser raised
