@@ -163,15 +163,22 @@ def _check_recomputation(
     ):
         return f"threshold {threshold!r} in tensors, {stored_threshold!r} in comparison.json"
     contract = load_contract()
-    if (doc.get("contract") or {}).get("sha256") == contract.identity().get("sha256"):
-        try:
-            expected = contract.threshold_for(
-                str(doc.get("rollout_dtype")), str(doc.get("training_dtype"))
-            ).value
-        except XconfError:
-            return "comparison.json names dtypes the contract has no threshold for"
-        if verdict_threshold(expected, dtype) != threshold:
-            return f"threshold {threshold!r} is not the contract's {expected!r}"
+    named = doc.get("contract") if isinstance(doc.get("contract"), dict) else {}
+    if named != contract.identity():
+        # Only the contract this package ships can carry a verdict: the threshold of any
+        # other (a made-up one, or an older release's) cannot be re-derived here.
+        return (
+            f"comparison.json's contract {str(named)[:200]} is not the numerical contract this "
+            f"package ships ({contract.version}): its threshold cannot be re-derived"
+        )
+    try:
+        expected = contract.threshold_for(
+            str(doc.get("rollout_dtype")), str(doc.get("training_dtype"))
+        ).value
+    except XconfError:
+        return "comparison.json names dtypes the contract has no threshold for"
+    if verdict_threshold(expected, dtype) != threshold:
+        return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
         if "logprobs" not in score and payload is not None and payload.logprobs == TOKEN_DIFFS_NAME:
             continue  # a judged dump's logprobs are stored once, in token_diffs (identity.json)
