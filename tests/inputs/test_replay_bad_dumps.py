@@ -250,3 +250,28 @@ def test_bad_dumps_exit_2_with_their_code_and_write_nothing(
         refused_in_process(monkeypatch, capsys, argv, code, named, name)
         assert not out.exists(), name
         assert snapshot(inputs) == before, name
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse_200_gb", "directory"])
+def test_a_dump_that_is_no_regular_file_is_refused_before_it_is_read(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fourth campaign: the dump is digested when the experiment is planned; a FIFO, a
+    directory or a 200 GB sparse file is refused there, unread (before: the sparse file was
+    hashed byte by byte, a FIFO said "does not exist")."""
+    import os
+
+    dump = tmp_path / "inputs" / "step.safetensors"
+    dump.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(dump)
+    elif kind == "directory":
+        dump.mkdir()
+    else:
+        with open(dump, "wb") as fh:
+            fh.truncate(200 << 30)
+    code = "identity.dump_too_large" if kind == "sparse_200_gb" else "identity.dump_unreadable"
+    monkeypatch.chdir(tmp_path)
+    argv = ["+experiment=s2_cpu", "identity=from_dump", f"identity.dump={dump}", "mode=plan"]
+    refused_in_process(monkeypatch, capsys, [*argv, "output_root=out"], code, "step", kind)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs"]
