@@ -133,7 +133,8 @@ def parquet_table(
                     declared += chunk.num_values * width + group.num_rows * 8
         if declared > budget:
             raise _too_large(
-                f"its metadata declares {declared} bytes decoded, more than the {budget} allowed",
+                f"its metadata declares {declared} bytes uncompressed, more than the {budget} "
+                "allowed",
                 where,
             )
         batches, total = [], 0
