@@ -90,6 +90,27 @@ def _npz_lie(tmp: Path) -> Path:
     return path
 
 
+def _npz_bomb(tmp: Path) -> Path:
+    """64 KiB of npz whose deflated `responses` member holds 64 MiB of int64 zeros, as its
+    header says (the budget is set to 16 MiB): consistent, and a bomb."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<i8", "fortran_order": False, "shape": (8 << 20,)}
+    )
+    path = tmp / "bomb.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for key, value in (("rollout_log_probs", R), ("old_log_probs", T), ("response_mask", MASK)):
+            buffer = io.BytesIO()
+            np.save(buffer, value.numpy())
+            archive.writestr(f"{key}.npy", buffer.getvalue())
+        with archive.open("responses.npy", "w") as member:
+            member.write(header.getvalue())
+            for _ in range(64):
+                member.write(bytes(1 << 20))
+    assert path.stat().st_size < 1 << 20
+    return path
+
+
 def _parquet_bomb(tmp: Path) -> Path:
     """A few KiB of Parquet that decode to 64 MiB of logprobs (the budget is set to 16 MiB)."""
     import pyarrow as pa
@@ -150,6 +171,7 @@ ATTACKS: dict[str, Attack] = {
     "shape_0_2_70": (_huge_shape, [], "judge.unreadable", "is not a tensor's"),
     "npz_declares_2_gib": (_npz_lie, [], "judge.unreadable", "declares (268435456,)"),
     "parquet_bomb": (_parquet_bomb, [], "judge.too_large", "more than the 16777216"),
+    "npz_deflated_bomb": (_npz_bomb, [], "judge.too_large", "more than the 16777216"),
     "parquet_column_twice": (_parquet_twice, [], "judge.unreadable", "'old_log_probs' twice"),
     "npz_member_twice": (_npz_twice, [], "judge.unreadable", "'old_log_probs.npy' twice"),
     "jsonl_key_twice": (_jsonl_twice, [], "judge.unreadable", "'old_log_probs' twice"),

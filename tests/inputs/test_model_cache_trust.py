@@ -159,3 +159,19 @@ def test_a_cache_that_cannot_be_written_costs_time_never_the_run(
     runtime = VllmHfRuntime(model={"path": str(checkpoints["qwen3"])}, model_cache=str(cache))
     frozen = runtime.freeze_identity(_recipe_identity())
     assert len(frozen.token_ids) == 2
+
+
+@pytest.mark.slow
+def test_a_conversion_offline_gives_the_honest_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted or edited default is converted again; the conversion's bytes must not
+    depend on the environment: under HF_HUB_OFFLINE=1 transformers recorded
+    `local_files_only: true` in tokenizer_config.json, another digest than SmolLM2's."""
+    from xconf.adapters.models import pretrained
+
+    honest = json.loads((_converted() / pretrained.MANIFEST).read_text())["files"]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    converted = pretrained.pretrained_checkpoint(tmp_path)
+    again = json.loads((converted / pretrained.MANIFEST).read_text())["files"]
+    assert again == honest

@@ -75,6 +75,10 @@ UNBOUNDED = 1 << 62  # for files outside a run (model weights): the digest has n
 # What one input (a dump, a prompt file) may make xconf allocate: declared sizes are checked
 # against it before anything is allocated. XCONF_MAX_INPUT_BYTES sets another.
 INPUT_BUDGET = 8 << 30
+# What a compressed input (an npz, a Parquet file) may decode to: at least DECODED_FLOOR
+# (XCONF_MAX_DECODED_BYTES sets another), or DECODED_RATIO times its own bytes.
+DECODED_FLOOR = 1 << 30
+DECODED_RATIO = 16
 MAX_PLAN_LINE = 1 * MIB
 MAX_JSON_DEPTH = 64
 _DEFAULT_MAX = 32 * MIB
@@ -101,6 +105,15 @@ def input_budget() -> int:
     ``$XCONF_MAX_INPUT_BYTES``)."""
     value = os.environ.get("XCONF_MAX_INPUT_BYTES", "")
     return int(value) if value.isdigit() and int(value) > 0 else INPUT_BUDGET
+
+
+def decoded_budget(size: int) -> int:
+    """Bytes a compressed input of ``size`` bytes may decode to, never above the input
+    budget: a 2 MB archive of deflated zeros declaring 2 GiB, or a 15 KB Parquet file of
+    run-length-encoded zeros declaring 3 GB, is a bomb; real logprobs compress a few times."""
+    value = os.environ.get("XCONF_MAX_DECODED_BYTES", "")
+    floor = int(value) if value.isdigit() and int(value) > 0 else DECODED_FLOOR
+    return min(input_budget(), max(floor, DECODED_RATIO * size))
 
 
 def judged_run(header: Any) -> bool:

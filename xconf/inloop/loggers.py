@@ -81,22 +81,61 @@ class _Degrading:
 
 
 class TensorBoardWriter(_Degrading):
-    """Scalars in a TensorBoard event file under ``logdir`` (tensorboardX)."""
+    """Scalars in a TensorBoard event file under ``logdir`` (tensorboardX's format).
+
+    The event file is written here, synchronously, through an unbuffered file: each write
+    reaches the file or fails at once (a full disk is this writer's one warning).
+    tensorboardX's own ``SummaryWriter`` keeps a writer thread and an exit hook that, after
+    a full disk, print tracebacks when the interpreter ends."""
 
     def __init__(self, logdir: str | Path) -> None:
-        tbx = _need("tensorboardX", "tensorboardX")
-        self._writer: Any = self._attempt("open", lambda: tbx.SummaryWriter(logdir=str(logdir)))
+        self._tbx = _need("tensorboardX", "tensorboardX")
+        self._file: Any = None
+        self._attempt("open", lambda: self._open(Path(logdir)))
+
+    def _open(self, logdir: Path) -> None:
+        import socket
+        import time
+
+        from tensorboardX.proto import event_pb2
+
+        logdir.mkdir(parents=True, exist_ok=True)
+        # the pid too: two ranks opening one directory in the same second get two files
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        self._file = open(logdir / name, "xb", buffering=0)  # noqa: SIM115 (closed by close)
+        self._record(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _record(self, event: Any) -> None:
+        """One TFRecord (length, its masked CRC-32C, the event, its masked CRC-32C)."""
+        import struct
+
+        from tensorboardX.record_writer import masked_crc32c
+
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        view = memoryview(
+            header + struct.pack("<I", masked_crc32c(header)) + data
+            + struct.pack("<I", masked_crc32c(data))
+        )  # fmt: skip
+        while view:  # a short write (a full disk) is not a success
+            view = view[self._file.write(view) :]
 
     def write(self, figures: Mapping[str, float], step: int) -> None:
         self._attempt("write", lambda: self._write(figures, step))
 
     def _write(self, figures: Mapping[str, float], step: int) -> None:
+        import time
+
+        from tensorboardX.proto import event_pb2
+
+        now = time.time()
         for name, value in figures.items():
-            self._writer.add_scalar(name, float(value), global_step=int(step))
-        self._writer.flush()
+            summary = self._tbx.summary.scalar(name, float(value))
+            self._record(event_pb2.Event(wall_time=now, step=int(step), summary=summary))
 
     def close(self) -> None:
-        self._attempt("close", lambda: self._writer.close())
+        if self._file is not None:  # unbuffered: nothing is left to flush
+            self._attempt("close", self._file.close)
 
 
 @contextmanager

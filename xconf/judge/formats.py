@@ -27,6 +27,7 @@ from xconf.artifacts.columnar import npz_arrays, parquet_table
 from xconf.artifacts.layout import (
     UNBOUNDED,
     StreamDigest,
+    decoded_budget,
     input_budget,
     open_regular,
     parse_json,
@@ -225,7 +226,7 @@ def _npz(buffer: bytearray, wanted: set[str], where: str) -> Read:
 
     columns: dict[str, Column] = {}
     meta: dict[str, str] = {}
-    arrays = _bounded(lambda: npz_arrays(buffer, where, input_budget()), where)
+    arrays = _bounded(lambda: npz_arrays(buffer, where, decoded_budget(len(buffer))), where)
     for key, arr in arrays.items():
         if arr.dtype.kind in "US":
             meta[key] = str(arr.reshape(-1)[0])[:200] if arr.size else ""
@@ -295,7 +296,8 @@ def _parquet(buffer: bytearray, wanted: set[str], where: str) -> Read:
     ]
     lists = [f.name for f in schema if f.name in wanted]
     names = sorted(set(strings) | set(lists))
-    table = _bounded(lambda: parquet_table(buffer, names, where, input_budget()), where)
+    budget = decoded_budget(len(buffer))
+    table = _bounded(lambda: parquet_table(buffer, names, where, budget), where)
     meta = {}
     for name in strings:
         first = table.column(name).slice(0, 1).to_pylist()

@@ -116,6 +116,7 @@ def _convert(source: Path, out: Path) -> dict[str, Any]:
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     model.generation_config.to_json_file(str(out / "generation_config.json"))
     tok.save_pretrained(str(out))
+    _without_environment(out / "tokenizer_config.json")
     if not getattr(tok, "chat_template", None):
         raise ModelFactoryError(
             "model.pretrained_no_template",
@@ -123,6 +124,16 @@ def _convert(source: Path, out: Path) -> dict[str, Any]:
             str(source),
         )
     return cfg
+
+
+def _without_environment(path: Path) -> None:
+    """transformers records the loading option ``local_files_only`` in the saved tokenizer
+    config, and ``HF_HUB_OFFLINE=1`` makes it true: the environment must not reach the bytes
+    (and the digest), so every conversion writes what an online one writes (``false``)."""
+    data = path.read_bytes()
+    fixed = data.replace(b'"local_files_only": true', b'"local_files_only": false')
+    if fixed != data:
+        path.write_bytes(fixed)
 
 
 def _write_manifest(source: Path, out: Path) -> None:
