@@ -220,15 +220,17 @@ def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
 
 
 def _file_digests(model_dir: Path) -> dict[str, str] | None:
-    """SHA-256 of every regular file of a built checkpoint but its manifest (None: the
-    directory holds something else: a link, a FIFO, a subdirectory but ``frozen/``)."""
+    """SHA-256 of every top-level file of a built checkpoint but its manifest (what the
+    engines read; subdirectories such as ``frozen/`` and hidden entries are not theirs).
+    None: an entry that is no regular file (a link, a FIFO) is no built checkpoint's."""
     out = {}
     for entry in sorted(model_dir.iterdir()):
-        if entry.name in (MANIFEST, "frozen"):
+        if entry.name == MANIFEST or entry.name.startswith("."):
             continue
-        if entry.is_symlink() or not entry.is_file():
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
             return None
-        out[entry.name] = sha256_file(entry, limit=UNBOUNDED)
+        if entry.is_file():
+            out[entry.name] = sha256_file(entry, limit=UNBOUNDED)
     return out
 
 
