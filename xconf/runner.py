@@ -43,6 +43,7 @@ from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import (
     input_digests,
 )
+from xconf.runtime.machine import this_machine
 from xconf.runtime.materialization import (
     confounded,
     ran_dtypes,
@@ -102,14 +103,18 @@ class PairedRunner:
 
     # -- identity of an execution -------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
-        """Versions of what scores, read once per run: each case's key and record need them
-        (about 50 ms a lookup of the installed distributions' metadata)."""
+        """Versions of what scores and the machine it runs on, read once per run: each case's
+        key and record need them (about 50 ms a lookup of the installed distributions'
+        metadata). The machine (CPU model, kernel-picking ISA features) is xconf's own
+        reading, after the adapter's: bfloat16 scores differ between CPUs, so an attempt
+        sealed on another CPU never resumes here (``runtime/machine.py``)."""
         if self._env is None:
             self._env = {
                 "xconf": provenance.xconf_version(),
                 "torch": torch.__version__,
                 "python": platform.python_version(),
                 **provenance.checked_environment(self.adapter),
+                **this_machine(),
             }
         return dict(self._env)
 

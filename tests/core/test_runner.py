@@ -135,6 +135,28 @@ def test_changed_environment_is_not_reused(s0_doc, tmp_path) -> None:
     assert first.records[0].case_id == second.records[0].case_id  # readback never renames a case
 
 
+def test_an_attempt_sealed_on_another_cpu_is_not_reused(s0_doc, tmp_path, monkeypatch) -> None:
+    from xconf import runner
+    from xconf.runtime.machine import this_machine
+
+    doc = only(s0_doc)
+    first = run_doc(doc, tmp_path)
+    here = attempt_doc(first, "baseline", "actual.json")["environment"]
+    assert {k: here[k] for k in ("cpu", "cpu_isa")} == {
+        k: this_machine()[k] for k in ("cpu", "cpu_isa")
+    }
+    # The same run on a CPU without avx512_bf16 (other bfloat16 kernels): scored again.
+    other = {**this_machine(), "cpu_isa": "avx2 avx512f"}
+    monkeypatch.setattr(runner, "this_machine", lambda: dict(other))
+    second = run_doc(doc, tmp_path)
+    assert not second.records[0].reused and second.records[0].attempt_id == "a-0002"
+    recorded = attempt_doc(second, "baseline", "actual.json")["environment"]
+    assert recorded["cpu_isa"] == "avx2 avx512f"
+    monkeypatch.undo()
+    third = run_doc(doc, tmp_path)  # back on this machine: its own attempt resumes
+    assert third.records[0].reused and third.records[0].attempt_id == "a-0001"
+
+
 def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:
     doc = only(s0_doc, rollout__dtype=["bf16"], batch__size=[1])
     summary = run_doc(doc, tmp_path)

@@ -3,6 +3,10 @@
 Kept small: S2 with one intervention (bfloat16 rollout) on a `make-checkpoint` Qwen3 and a
 verl-style Parquet prompt set, then the round trip of its tensors through `xconf judge`;
 S1 (`hf_pair`) on a Llama checkpoint with a JSONL prompt set.
+
+The bfloat16 rollout's verdict on this random-weight toy depends on the CPU's kernels (max
+|diff| 0.048 with avx512_bf16, 0.083 without, against the 0.05 threshold), so no test here
+asserts it: the failing case the round trip needs is a planted drift that fails on any CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pytest
 
 from tests.adapters.conftest import needs_vllm
 from tests.inputs.datasets import JSONL_ROWS, write_jsonl, write_verl_parquet
+from tests.inputs.verl_layout import planted_drift
 from xconf.experiment import Intervention
 
 pytestmark = [needs_vllm, pytest.mark.slow]
@@ -67,12 +72,21 @@ def s2_local(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFact
 
 
 def test_s2_on_a_local_qwen3_with_verl_parquet(s2_local: Any) -> None:
+    from xconf.contract.loader import load_contract
+
     summary, adapter, _ = s2_local
-    results = {r.label: r.result for r in summary.records}
-    assert results == {"baseline": "pass", "rollout.dtype=bfloat16": "fail"}, results
+    rows = {r.label: r for r in summary.records}
+    assert rows["baseline"].result == "pass", rows["baseline"]
+    # bfloat16 drift, whatever verdict this CPU's kernels give it: judged at the bfloat16
+    # threshold, far above the float32 baseline's noise (~2e-6).
+    bf16 = rows["rollout.dtype=bfloat16"]
+    assert bf16.result in ("pass", "fail") and bf16.max_abs_diff > 1e-3, bf16
+    cases = Path(summary.experiment_dir) / "cases"
+    judged = json.loads((cases / bf16.case_id / bf16.attempt_id / "comparison.json").read_text())
+    assert judged["threshold"] == load_contract().threshold_for("bfloat16", "float32").value
     record = adapter.record
     assert record.local
-    attempt = Path(summary.experiment_dir) / "cases" / summary.records[0].case_id / "a-0001"
+    attempt = cases / summary.records[0].case_id / "a-0001"
     identity = json.loads((attempt / "identity.json").read_text())
     assert identity["checkpoint_id"] == f"sha256:{record.checkpoint_sha256}"
     assert identity["recipe"]["dataset"]["sha256"]
@@ -89,31 +103,30 @@ def test_round_trip_through_judge_and_verify(s2_local: Any, xconf_cli: Any) -> N
         doc = json.loads((attempt / "comparison.json").read_text())
         roll = load_file(str(attempt / "score_rollout.safetensors"))
         train = load_file(str(attempt / "score_training.safetensors"))
+        tensors = {
+            "rollout_log_probs": roll["logprobs"],
+            "old_log_probs": train["logprobs"],
+            "response_mask": roll["active_mask"],
+            "responses": roll["selected_token_ids"],
+        }
+        dtypes = {"rollout_dtype": doc["rollout_dtype"], "training_dtype": doc["training_dtype"]}
         path = base / f"{rec.case_id}.safetensors"
-        save_file(
-            {
-                "rollout_log_probs": roll["logprobs"],
-                "old_log_probs": train["logprobs"],
-                "response_mask": roll["active_mask"],
-                "responses": roll["selected_token_ids"],
-            },
-            str(path),
-            metadata={
-                "rollout_dtype": doc["rollout_dtype"],
-                "training_dtype": doc["training_dtype"],
-            },
-        )
-        dumps.append((rec, path))
+        save_file(tensors, str(path), metadata=dtypes)
+        dumps.append((rec.case_id, path, (rec.result, rec.mismatches)))
+        if rec.label == "baseline":  # the failing case, on any CPU: one planted mismatch
+            planted = base / "planted.safetensors"
+            save_file(planted_drift(tensors), str(planted), metadata=dtypes)
+            dumps.append(("c-planted", planted, ("fail", rec.mismatches + 1)))
     out = base / "judged"
     argv = ["judge", "--output-root", out]
-    for rec, path in dumps:
-        argv += ["--case", f"{rec.case_id}={path}"]
+    for case_id, path, _verdict in dumps:
+        argv += ["--case", f"{case_id}={path}"]
     code, _, err = xconf_cli(*argv)
-    assert code == 1, err  # the bfloat16 case fails, as in the run
-    for rec, _path in dumps:
-        (attempt,) = (out / "judge" / "cases" / rec.case_id).iterdir()
+    assert code == 1, err  # the planted case fails
+    for case_id, _path, verdict in dumps:  # the run's own verdicts, figure for figure
+        (attempt,) = (out / "judge" / "cases" / case_id).iterdir()
         doc = json.loads((attempt / "comparison.json").read_text())
-        assert (doc["result"], doc["mismatches"]) == (rec.result, rec.mismatches)
+        assert (doc["result"], doc["mismatches"]) == verdict, case_id
     assert xconf_cli("verify", out / "judge")[0] == 0
 
 

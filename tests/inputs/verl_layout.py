@@ -54,3 +54,13 @@ def verl_tensors(attempt: Path) -> dict[str, torch.Tensor]:
         "rollout_log_probs": rollout,
         "old_log_probs": training,
     }
+
+
+def planted_drift(tensors: dict[str, torch.Tensor], nats: float = 0.5) -> dict[str, torch.Tensor]:
+    """A copy of a dump with one planted mismatch, whatever the CPU's kernels gave: the first
+    active token's ``old_log_probs`` lowered by ``nats`` (still a log-probability, <= 0), ten
+    times the loosest contract threshold, so that token fails on any machine."""
+    out = {name: t.clone() for name, t in tensors.items()}
+    b, t = (int(i) for i in torch.nonzero(out["response_mask"])[0])
+    out["old_log_probs"][b, t] -= nats
+    return out
