@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -134,8 +134,14 @@ class TensorBoardWriter(_Degrading):
             self._record(event_pb2.Event(wall_time=now, step=int(step), summary=summary))
 
     def close(self) -> None:
-        if self._file is not None:  # unbuffered: nothing is left to flush
-            self._attempt("close", self._file.close)
+        file, self._file = self._file, None
+        if file is None:
+            return
+        if self.failed is None:  # unbuffered: nothing is left to flush
+            self._attempt("close", file.close)
+        else:  # already warned: the descriptor is released all the same
+            with suppress(OSError):
+                file.close()
 
 
 @contextmanager
