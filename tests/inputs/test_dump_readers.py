@@ -49,6 +49,19 @@ def _twice(tmp: Path) -> Path:
     return _safetensors(tmp / "twice.safetensors", "{" + ", ".join(entries) + "}", body)
 
 
+def _metadata_twice(tmp: Path) -> Path:
+    """Two ``__metadata__`` objects: the first says nothing, the last names another format."""
+    body = R.numpy().tobytes() + T.numpy().tobytes() + MASK.numpy().tobytes()
+    entries = [
+        '"__metadata__": {"format": "pt"}',
+        _entry("rollout_log_probs", "F32", [2, 4], 0, 32),
+        _entry("old_log_probs", "F32", [2, 4], 32, 64),
+        _entry("response_mask", "I64", [2, 4], 64, 128),
+        '"__metadata__": {"format": "other"}',
+    ]
+    return _safetensors(tmp / "metadata.safetensors", "{" + ", ".join(entries) + "}", body)
+
+
 def _huge_shape(tmp: Path) -> Path:
     body = T.numpy().tobytes() + MASK.numpy().tobytes()
     entries = [
@@ -168,6 +181,7 @@ Attack = tuple[Callable[[Path], Path], list[str], str, str]
 ATTACKS: dict[str, Attack] = {
     "same_key": (_same_key, ["--training-key", "rollout_log_probs"], "judge.same_key", "both name"),
     "tensor_named_twice": (_twice, [], "judge.unreadable", "'old_log_probs' twice"),
+    "metadata_twice": (_metadata_twice, [], "judge.unreadable", "'__metadata__' twice"),
     "shape_0_2_70": (_huge_shape, [], "judge.unreadable", "is not a tensor's"),
     "npz_declares_2_gib": (_npz_lie, [], "judge.unreadable", "declares (268435456,)"),
     "parquet_bomb": (_parquet_bomb, [], "judge.too_large", "more than the 16777216"),
