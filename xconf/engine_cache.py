@@ -15,9 +15,9 @@ class EngineCache:
 
     ``capacity`` is engines kept per side (an int, or a mapping side -> int). Eviction happens
     before a new engine is built, so a runtime whose engines cannot coexist (in-process vLLM
-    shares process-wide state) never holds two at once. A reused engine's ``reset_state``
-    (every engine that keeps state across calls has one: prefix / KV caches) runs before it
-    is handed to the next case, so no score depends on the cases scored before it.
+    shares process-wide state) never holds two at once. A reused engine's ``reset_state`` (a
+    required method of every engine, forwarded by every wrapper) runs before it is handed to
+    the next case, so no score depends on the cases scored before it.
     """
 
     def __init__(self, adapter: RuntimeAdapter, capacity: int | Mapping[str, int] = 4) -> None:
@@ -38,9 +38,7 @@ class EngineCache:
         if key in engines:
             engines.move_to_end(key)
             self.reused += 1
-            reset = getattr(engines[key], "reset_state", None)
-            if callable(reset):  # what it cached for the cases before must not reach this one
-                reset()
+            engines[key].reset_state()  # what it kept for the cases before reaches no other
             return engines[key]
         while engines and len(engines) >= self._capacity[binding.side]:
             _, evicted = engines.popitem(last=False)

@@ -60,16 +60,16 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
 def _score_on_rank(rank: int, model_cache: str) -> dict[str, Any]:
     import torch
 
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
     from xconf.adapters.frozen import FrozenBatch
     from xconf.adapters.hf.model import TrainingScorerConfig
     from xconf.adapters.hf.scorer import HFTrainingScorer
     from xconf.adapters.models import ensure_model
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
     from xconf.side_scoring import frozen_inputs
 
     execution = _execution(model_cache)
     identity = execution.plan.spec.identity
-    runtime = VllmHfRuntime(model_cache=model_cache)
+    runtime = CheckpointRuntime("vllm", "hf", model_cache=model_cache)
     runtime._record = ensure_model(cache_dir=model_cache)
     base, tp4 = execution.cases
     assert dict(tp4.case.changed) == {"rollout.tensor_parallel_size": 4}

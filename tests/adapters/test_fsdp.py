@@ -23,9 +23,9 @@ def _rank_main(rank: int, model_path: str, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
     from xconf.adapters.frozen import FrozenBatch, FrozenSample
+    from xconf.adapters.hf.handlers import TRAINING as HANDLERS
     from xconf.adapters.hf.model import TrainingScorerConfig
     from xconf.adapters.hf.scorer import HFTrainingScorer
-    from xconf.adapters.vllm_transformers.handlers import HANDLERS
     from xconf.runtime.protocol import knob_readback
     from xconf.runtime.ranks import close_world
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from tests.adapters.conftest import needs_hf
-from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
+from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 from xconf.runtime.materialization import materialize
 
 pytestmark = needs_hf
 
 
-def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
-    runtime = HfPairRuntime()
+def _hf_pair(model_record: Any) -> CheckpointRuntime:
+    """conf/runtime/hf_pair.yaml's pairing, on the frozen tiny model."""
+    runtime = CheckpointRuntime("hf", "hf", kind="hf-pair")
     runtime._record = model_record
+    return runtime
+
+
+def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
+    runtime = _hf_pair(model_record)
     view = runtime.view()
+    rollout, training = (runtime.sides.spec(s).handlers for s in ("rollout", "training"))
     status = {
-        (path, value): materialize(runtime.handlers, view, path, "rollout", value, {}).status
+        (path, value): materialize(rollout, view, path, "rollout", value, {}).status
         for path, value in (
             ("rollout.dtype", "bfloat16"),
             ("rollout.enable_prefix_caching", False),
@@ -34,7 +41,7 @@ def test_rollout_knobs_map_truthfully(model_record: Any) -> None:
         ("rollout.tensor_parallel_size", 2): "unsupported",
         ("rollout.context_parallel_size", 1): "applied",
     }
-    fsdp = materialize(runtime.handlers, view, "training.sharding", "training", "fsdp", {})
+    fsdp = materialize(training, view, "training.sharding", "training", "fsdp", {})
     assert fsdp.status == "unsupported" and "torchrun" in fsdp.evidence  # no process group here
 
 
@@ -46,9 +53,9 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(
 
     novel = KnobSpec("training.novel_knob", "engine_construction", "bool", "training", "test")
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
-    runtime = HfPairRuntime()
-    runtime._record = model_record
-    record = materialize(runtime.handlers, runtime.view(), novel.path, "training", True, {})
+    runtime = _hf_pair(model_record)
+    handlers = runtime.sides.spec("training").handlers
+    record = materialize(handlers, runtime.view(), novel.path, "training", True, {})
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 
@@ -57,12 +64,14 @@ def test_the_reference_reads_its_rollout_settings_from_its_own_state(model_recor
     """The rollout side is a transformers scorer: each rollout knob's handler reads the value
     from what that scorer reports; a knob it has no reading for is absent (unobservable),
     never echoed from the request."""
-    from xconf.adapters.vllm_transformers.reference import HfReferenceSide
+    from xconf.adapters.hf.settings import ReferenceSettings
+    from xconf.runtime.protocol import SideBinding
+    from xconf.runtime.side import SideBuild
 
-    runtime = HfPairRuntime()
-    runtime._record = model_record
-    reference = runtime._transformers_scorer(
-        "bfloat16", 1, HfReferenceSide, attention_backend="sdpa", sharding="unsharded"
+    runtime = _hf_pair(model_record)
+    reference = runtime.sides.spec("rollout").build(
+        ReferenceSettings(dtype="bfloat16"),
+        SideBuild(SideBinding("rollout", (), "bfloat16", ()), None, runtime.shared()),  # type: ignore[arg-type]
     )
     got = reference.readback()
     assert got["rollout.dtype"] == "bfloat16"  # the scorer's parameters, read from the model

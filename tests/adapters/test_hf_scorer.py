@@ -10,9 +10,9 @@ import torch
 from tests.adapters.conftest import needs_hf
 from xconf.adapters.errors import ReadOnlyViolationError, ScoringError, UnsupportedKnobError
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
+from xconf.adapters.hf.handlers import TRAINING as HANDLERS
 from xconf.adapters.hf.model import TrainingScorerConfig
 from xconf.adapters.hf.scorer import HFTrainingScorer, native_selected_logprob
-from xconf.adapters.vllm_transformers.handlers import HANDLERS
 from xconf.runtime.protocol import knob_readback
 
 pytestmark = needs_hf

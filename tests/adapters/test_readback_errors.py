@@ -51,9 +51,11 @@ def _rollout_binding() -> SideBinding:
 @needs_vllm
 def test_vllm_layout_is_recorded_and_a_failed_worker_read_is_an_error(model_record) -> None:
     from xconf.adapters.vllm.engine import RolloutEngineConfig
-    from xconf.adapters.vllm_transformers.engines import VllmRolloutSide
+    from xconf.adapters.vllm.side import VLLM
+    from xconf.adapters.vllm.side_engine import VllmRolloutSide
 
-    side = VllmRolloutSide(RolloutEngineConfig(model_path=model_record.path), _WorkersBreak)
+    cfg = RolloutEngineConfig(model_path=model_record.path)
+    side = VllmRolloutSide(cfg, VLLM.readback, _WorkersBreak)
     try:
         derived, _ = split_readback(side.readback())
         # vLLM's lm_head pads the 512-token vocabulary to a multiple of 64: one TP shard.
@@ -80,9 +82,10 @@ def test_vllm_layout_is_recorded_and_a_failed_worker_read_is_an_error(model_reco
 @needs_hf
 def test_training_layout_is_the_lm_head_as_built(model_record) -> None:
     from xconf.adapters.hf.model import TrainingScorerConfig
-    from xconf.adapters.vllm_transformers.engines import HfTrainingSide
+    from xconf.adapters.hf.side import TRAINING
+    from xconf.adapters.hf.side_engine import HfScorerSide
 
-    side = HfTrainingSide(TrainingScorerConfig(model_path=model_record.path))
+    side = HfScorerSide(TrainingScorerConfig(model_path=model_record.path), TRAINING.readback)
     derived, _ = split_readback(side.readback())
     # Not vocab-parallel: the whole (unpadded) vocabulary in one shard on every rank.
     assert derived["training.vocab_layout"] == UNPADDED_512

@@ -10,8 +10,8 @@ import pytest
 
 from tests.adapters.conftest import needs_hf
 from tests.adapters.test_runtime_s2 import _spec
+from xconf.adapters.checkpoint.identity import inline_prompts, parse_recipe
 from xconf.adapters.errors import IdentityViolationError
-from xconf.adapters.vllm_transformers.identity import inline_prompts, parse_recipe
 from xconf.canonical import canonical_json
 
 CPU_BLOCK = 128  # vLLM 0.32's default KV block on CPU (vllm/platforms/cpu.py)

@@ -25,7 +25,7 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
     import torch.distributed as dist
 
     from tests.adapters.test_runtime_s2 import _spec
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
     from xconf.experiment import Intervention
     from xconf.runtime.ranks import close_world
     from xconf.session import prepare, run_prepared
@@ -47,7 +47,8 @@ def _rank_main(rank: int, port: int, model_cache: str, out_dir: str) -> None:
             spec, interventions=(Intervention("training.attention_backend", ("eager",)),)
         )
         prepared = prepare(spec, output_root=out_dir, allow_smoke_operators=False, device="cpu")
-        summary = run_prepared(prepared, VllmHfRuntime(model_cache=model_cache), resume=False)
+        runtime = CheckpointRuntime("vllm", "hf", model_cache=model_cache)
+        summary = run_prepared(prepared, runtime, resume=False)
         rows = [
             {
                 "label": r.label,

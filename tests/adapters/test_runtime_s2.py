@@ -28,9 +28,9 @@ def _spec(overrides: list[str]) -> Any:
 
 
 def _runtime(model_cache: str) -> Any:
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 
-    return VllmHfRuntime(model_cache=model_cache)
+    return CheckpointRuntime("vllm", "hf", model_cache=model_cache)
 
 
 @pytest.fixture(scope="module")

@@ -66,11 +66,11 @@ def test_injected_operator_on_raw_logits_matches_native(vllm_results, frozen_bat
 
 
 def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
-    """Each knob read by its handler from the engine's live state (``rollout_readback``)."""
-    from xconf.adapters.vllm_transformers.engines import rollout_readback
+    """Each knob read by its handler from the engine's live state (the side's readback)."""
+    from xconf.adapters.vllm.side import VLLM
 
     states = vllm_results["readback_fp32"], vllm_results["readback_bf16"]
-    fp32, bf16 = (dict[str, Any](rollout_readback(state)) for state in states)
+    fp32, bf16 = (dict[str, Any](VLLM.readback(state)) for state in states)
     assert fp32["rollout.dtype"] == "float32" and bf16["rollout.dtype"] == "bfloat16"
     assert fp32["rollout.enable_prefix_caching"] is False
     # Prefix caching reads as on only when the scored pass was served from the cache: the

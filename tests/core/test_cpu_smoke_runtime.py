@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.core.runs import attempt_doc, only, run_doc
-from xconf.adapters.cpu_smoke import engines
-from xconf.adapters.cpu_smoke.adapter import HANDLERS, CpuSmokeRuntime
+from xconf.adapters.cpu_smoke import engines, side
+from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.config.strict import parse_experiment
 from xconf.operators.catalog import Side
 from xconf.runtime.materialization import materialize
@@ -35,8 +35,9 @@ from xconf.side_scoring import frozen_inputs
     ],
 )
 def test_materialization_is_truthful(path, value, status, materialized) -> None:
-    side: Side = "training" if path.startswith("training") else "rollout"
-    record = materialize(HANDLERS, CpuSmokeRuntime().view(), path, side, value, {})
+    slot: Side = "training" if path.startswith("training") else "rollout"
+    handlers = CpuSmokeRuntime().sides.handlers()[slot]
+    record = materialize(handlers, CpuSmokeRuntime().view(), path, slot, value, {})
     assert (record.status, record.materialized, record.requested) == (status, materialized, value)
     assert record.evidence
 
@@ -48,7 +49,9 @@ def test_a_knob_the_runtime_has_no_code_for_is_unsupported(monkeypatch) -> None:
 
     novel = KnobSpec("rollout.novel_knob", "engine_construction", "bool", "rollout", "test")
     monkeypatch.setattr(protocol, "KNOBS", {**KNOBS, novel.path: novel})
-    record = materialize(HANDLERS, CpuSmokeRuntime().view(), novel.path, "rollout", True, {})
+    record = materialize(
+        side.ROLLOUT.handlers, CpuSmokeRuntime().view(), novel.path, "rollout", True, {}
+    )
     assert (record.status, record.materialized) == ("unsupported", None)
     assert "novel_knob" in record.evidence
 
@@ -90,9 +93,16 @@ def test_scoring_is_read_only_and_deterministic(s0_doc) -> None:
     inputs = frozen_inputs(identity)
     runtime = CpuSmokeRuntime()
     rollout = engines.RolloutEngine(
-        runtime.model_config, "float32", prefix_caching=True, eager=True, mode="decode"
+        runtime.model_config,
+        "float32",
+        prefix_caching=True,
+        eager=True,
+        mode="decode",
+        readback=side.ROLLOUT.readback,
     )
-    training = engines.TrainingEngine(runtime.model_config, "float32", "sdpa")
+    training = engines.TrainingEngine(
+        runtime.model_config, "float32", "sdpa", readback=side.TRAINING.readback
+    )
     training.model.train()
     for engine in (rollout, training):
         first = engine.score(inputs, identity, 2, None)

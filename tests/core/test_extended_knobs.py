@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
-from xconf.adapters.vllm_transformers.extended import EXTENDED
+from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 from xconf.config.strict import parse_experiment
 from xconf.errors import ConfigError, PlanError
 from xconf.experiment import EXPERIMENT_SCHEMA_V2
@@ -29,7 +28,9 @@ NEW_KNOBS = {
 def test_extended_knobs_and_lifecycles() -> None:
     assert {p: KNOBS[p].lifecycle for p in EXTENDED_KNOBS} == NEW_KNOBS
     assert CONTRACT_KNOBS.isdisjoint(EXTENDED_KNOBS)
-    assert set(EXTENDED) == EXTENDED_KNOBS  # the vllm_hf runtime has code for every one
+    handlers = CheckpointRuntime("vllm", "hf").sides.handlers()
+    honoured = set(handlers["rollout"]) | set(handlers["training"])
+    assert honoured >= EXTENDED_KNOBS  # the vllm_hf runtime has code for every one
 
 
 @pytest.mark.parametrize(
@@ -78,8 +79,9 @@ def test_a_changed_extended_knob_needs_a_baseline_value(s0_doc) -> None:
 
 def _status(path: str, value: object, device: str = "cpu", **knobs: object) -> tuple[str, str]:
     side = "training" if path.startswith("training") else "rollout"
-    runtime = VllmHfRuntime(device=device)
-    record = materialize(EXTENDED, runtime.view(), path, side, value, knobs)  # type: ignore[arg-type]
+    runtime = CheckpointRuntime("vllm", "hf", device=device)
+    handlers = runtime.sides.handlers()[side]  # type: ignore[index]
+    record = materialize(handlers, runtime.view(), path, side, value, knobs)  # type: ignore[arg-type]
     return record.status, record.evidence
 
 

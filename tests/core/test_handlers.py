@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from xconf.adapters.cpu_smoke import engines
-from xconf.adapters.cpu_smoke.adapter import HANDLERS as CPU_SMOKE
+from xconf.adapters.cpu_smoke import side as cpu_smoke
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
-from xconf.adapters.vllm_transformers.handlers import HANDLERS as VLLM_HF
-from xconf.adapters.vllm_transformers.hf_pair import HANDLERS as HF_PAIR
+from xconf.adapters.hf import side as hf
+from xconf.adapters.vllm import side as vllm
 from xconf.config.strict import parse_experiment
 from xconf.execution_plan import build_execution_plan
 from xconf.experiment import EXPERIMENT_SCHEMA_V2
@@ -27,19 +27,31 @@ from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog, S
 from xconf.planner import plan_experiment
 from xconf.runner import frozen_inputs
 from xconf.runtime.protocol import knob_readback
+from xconf.runtime.side import SideSpec
 from xconf.testing.smoke_ops import register_smoke_operators
 
 # logp.backend is the operator binding's (materialization.backend_application), no handler's.
 BOUND = frozenset(KNOBS) - {LOGP_BACKEND.path}
+# Each runtime's two sides, as conf/runtime/*.yaml pairs them.
+PAIRS: dict[str, tuple[SideSpec[Any, Any], SideSpec[Any, Any]]] = {
+    "vllm_hf": (vllm.VLLM, hf.TRAINING),
+    "hf_pair": (hf.REFERENCE, hf.TRAINING),
+    "cpu_smoke": (cpu_smoke.ROLLOUT, cpu_smoke.TRAINING),
+}
+
+
+def _side_knobs(spec: SideSpec[Any, Any]) -> set[str]:
+    return {p for p in BOUND if KNOBS[p].side in (spec.side, "both")}
 
 
 @pytest.mark.parametrize(
-    ("handlers", "honoured"),
-    [(VLLM_HF, BOUND), (HF_PAIR, BOUND), (CPU_SMOKE, CONTRACT_KNOBS & BOUND)],
-    ids=["vllm_hf", "hf_pair", "cpu_smoke"],
+    ("pair", "honoured"),
+    [("vllm_hf", BOUND), ("hf_pair", BOUND), ("cpu_smoke", CONTRACT_KNOBS & BOUND)],
 )
-def test_each_runtime_declares_one_handler_per_knob_it_honours(handlers, honoured) -> None:
-    assert set(handlers) == honoured
+def test_each_runtime_declares_one_handler_per_knob_it_honours(pair, honoured) -> None:
+    """Each side's table holds its own side's knobs (and ``batch.size``), no other."""
+    for spec in PAIRS[pair]:
+        assert set(spec.handlers) == honoured & _side_knobs(spec), spec
 
 
 def test_the_default_bind_reports_a_knob_without_a_handler_unsupported(s0_doc) -> None:
@@ -60,14 +72,16 @@ def test_the_default_bind_reports_a_knob_without_a_handler_unsupported(s0_doc) -
 
 
 @pytest.mark.parametrize(
-    ("handlers", "unread"),
-    [(VLLM_HF, set()), (HF_PAIR, {ROLLOUT_MAX_NUM_BATCHED_TOKENS.path}), (CPU_SMOKE, set())],
-    ids=["vllm_hf", "hf_pair", "cpu_smoke"],
+    ("pair", "unread"),
+    [("vllm_hf", set()), ("hf_pair", {ROLLOUT_MAX_NUM_BATCHED_TOKENS.path}), ("cpu_smoke", set())],
 )
-def test_each_handler_reads_its_knob_back(handlers, unread) -> None:
+def test_each_handler_reads_its_knob_back(pair, unread) -> None:
     """Every knob a runtime honours is read back by its own handler; the one without a
     reading (hf_pair's reference has no scheduler budget) is unobservable, by its table."""
-    assert {path for path, h in handlers.items() if h.readback is None} == unread
+    unread_by_sides = {
+        path for spec in PAIRS[pair] for path, h in spec.handlers.items() if h.readback is None
+    }
+    assert unread_by_sides == unread
 
 
 def test_an_engine_reports_knob_values_only_through_the_handlers(s0_doc) -> None:
@@ -76,15 +90,25 @@ def test_an_engine_reports_knob_values_only_through_the_handlers(s0_doc) -> None
     identity = parse_experiment(s0_doc).identity
     runtime = CpuSmokeRuntime()
     rollout = engines.RolloutEngine(
-        runtime.model_config, "bfloat16", prefix_caching=True, eager=False, mode="decode"
+        runtime.model_config,
+        "bfloat16",
+        prefix_caching=True,
+        eager=False,
+        mode="decode",
+        readback=cpu_smoke.ROLLOUT.readback,
     )
-    training = engines.TrainingEngine(runtime.model_config, "float32", "eager")
-    sides: tuple[tuple[Side, Any], ...] = (("rollout", rollout), ("training", training))
-    for side, engine in sides:
+    training = engines.TrainingEngine(
+        runtime.model_config, "float32", "eager", readback=cpu_smoke.TRAINING.readback
+    )
+    sides: tuple[tuple[Side, Any, SideSpec[Any, Any]], ...] = (
+        ("rollout", rollout, cpu_smoke.ROLLOUT),
+        ("training", training, cpu_smoke.TRAINING),
+    )
+    for side, engine, spec in sides:
         engine.score(frozen_inputs(identity), identity, 2, None)
         reported = {k: v for k, v in engine.readback().items() if k in KNOBS}
-        assert reported == knob_readback(CPU_SMOKE, side, engine.live())
-        assert set(reported) == {p for p in CPU_SMOKE if KNOBS[p].side in (side, "both")}
+        assert reported == knob_readback(spec.handlers, side, engine.live())
+        assert set(reported) == set(spec.handlers)
     assert rollout.readback()["rollout.dtype"] == "bfloat16"
     assert (rollout.readback()["rollout.enforce_eager"], rollout.readback()["batch.size"]) == (
         False,

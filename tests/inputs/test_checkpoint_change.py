@@ -15,13 +15,15 @@ from xconf.experiment import Intervention
 def test_checkpoint_changed_mid_run_refuses_later_engines(
     checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
     from xconf.adapters.frozen import FrozenBatch, FrozenSample, build_identity
-    from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
     from xconf.session import prepare, run_prepared
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(checkpoints["llama"], ckpt)
-    runtime = HfPairRuntime(model={"path": str(ckpt)}, model_cache=str(tmp_path / "cache"))
+    runtime = CheckpointRuntime(
+        "hf", "hf", kind="hf-pair", model={"path": str(ckpt)}, model_cache=str(tmp_path / "cache")
+    )
     record = runtime._local_record
     assert record is not None
     # An already frozen identity: no vLLM freeze, transformers on both sides.

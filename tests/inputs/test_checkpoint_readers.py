@@ -154,7 +154,7 @@ def test_plan_time_limits_never_wait_on_the_config(
 ) -> None:
     """A plan reads config.json for the input limits before any engine: a FIFO hung it, a link
     to /dev/zero ran out of memory; now it says nothing (the run refuses the checkpoint)."""
-    from xconf.adapters.vllm_transformers.limits import input_limits
+    from xconf.adapters.checkpoint.limits import input_limits
 
     d = _copy(checkpoints, tmp_path)
     HOSTILE[name][0](d)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.inputs.datasets import JSONL_ROWS, VERL_ROWS, write_jsonl, write_verl_parquet
-from xconf.adapters.vllm_transformers.dataset import load_prompt_ids, parse_dataset
+from xconf.adapters.checkpoint.dataset import load_prompt_ids, parse_dataset
 from xconf.errors import XconfError
 
 DEFAULTS = {"temperature": 1.0, "response_len": 12, "seed": 7}

@@ -104,7 +104,7 @@ def test_bad_checkpoint_dirs_are_coded(checkpoints: dict[str, Path], tmp_path: P
     ],
 )
 def test_bad_model_options_are_coded(model, tokenizer, trust, code, path) -> None:
-    from xconf.adapters.vllm_transformers.model_options import parse_model_options
+    from xconf.adapters.checkpoint.model_options import parse_model_options
 
     with pytest.raises(ConfigError) as err:
         parse_model_options(model, tokenizer, trust)
@@ -112,11 +112,10 @@ def test_bad_model_options_are_coded(model, tokenizer, trust, code, path) -> Non
 
 
 def test_unknown_runtime_option_is_coded_not_a_traceback() -> None:
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
-    from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 
-    for cls in (VllmHfRuntime, HfPairRuntime):
+    for rollout in ("vllm", "hf"):
         with pytest.raises(ConfigError) as err:
-            cls(model_path="/somewhere")
+            CheckpointRuntime(rollout, "hf", model_path="/somewhere")
         assert (err.value.code, err.value.path) == ("runtime.unknown_option", "runtime.model_path")
         assert "runtime.model.path" in err.value.message

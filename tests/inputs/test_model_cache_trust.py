@@ -129,12 +129,14 @@ def _recipe_identity() -> Any:
 def test_rewritten_frozen_tokens_are_sampled_again(
     checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 
     cache = tmp_path / "cache"
 
     def freeze() -> Any:
-        runtime = VllmHfRuntime(model={"path": str(checkpoints["qwen3"])}, model_cache=str(cache))
+        runtime = CheckpointRuntime(
+            "vllm", "hf", model={"path": str(checkpoints["qwen3"])}, model_cache=str(cache)
+        )
         return runtime.freeze_identity(_recipe_identity())
 
     first = freeze()
@@ -152,11 +154,13 @@ def test_a_cache_that_cannot_be_written_costs_time_never_the_run(
 ) -> None:
     """A user checkpoint with an unwritable model cache (below a file: every mkdir fails, as
     on a read-only mount, whoever runs the test): frozen tokens are sampled and not stored."""
-    from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
+    from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 
     (tmp_path / "file").write_text("not a directory")
     cache = tmp_path / "file" / "cache"
-    runtime = VllmHfRuntime(model={"path": str(checkpoints["qwen3"])}, model_cache=str(cache))
+    runtime = CheckpointRuntime(
+        "vllm", "hf", model={"path": str(checkpoints["qwen3"])}, model_cache=str(cache)
+    )
     frozen = runtime.freeze_identity(_recipe_identity())
     assert len(frozen.token_ids) == 2
 

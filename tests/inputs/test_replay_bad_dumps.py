@@ -50,8 +50,8 @@ def _save(path: Path, tensors: dict[str, torch.Tensor]) -> Path:
 
 def _frozen(path: Path, checkpoint: Path | None = None, **keys: str) -> Any:
     """The frozen identity the runtime builds from the dump (default: the tiny model)."""
+    from xconf.adapters.checkpoint.model_options import parse_model_options
     from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
-    from xconf.adapters.vllm_transformers.model_options import parse_model_options
     from xconf.config.identity import parse_identity
 
     node = {
@@ -130,8 +130,8 @@ def test_every_format_gives_the_same_frozen_samples(tmp_path: Path) -> None:
 def test_the_dump_digest_is_in_the_planned_identity(tmp_path: Path) -> None:
     """The plan's identity (so every case id) follows the dump's bytes, and a dump rewritten
     between planning and scoring is refused, never scored under the old identity."""
+    from xconf.adapters.checkpoint.model_options import parse_model_options
     from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
-    from xconf.adapters.vllm_transformers.model_options import parse_model_options
     from xconf.config.identity import parse_identity
     from xconf.errors import ConfigError
 

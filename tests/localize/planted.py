@@ -7,9 +7,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from xconf.adapters.checkpoint.runtime import CheckpointRuntime
 from xconf.adapters.frozen import FrozenBatch, FrozenSample
-from xconf.adapters.vllm_transformers.adapter import VllmHfRuntime
-from xconf.adapters.vllm_transformers.hf_pair import HfPairRuntime
 from xconf.case_record import RunSummary
 from xconf.config.strict import parse_experiment
 from xconf.localize.sides import side_module
@@ -92,19 +91,22 @@ class _Planted:
         return engine
 
 
-class PlantedHfPair(_Planted, HfPairRuntime):
+class PlantedRuntime(_Planted, CheckpointRuntime):
     pass
 
 
-class PlantedVllmHf(_Planted, VllmHfRuntime):
-    pass
+# conf/runtime/<kind>.yaml's sides and kind
+PAIRS: dict[str, dict[str, Any]] = {
+    "hf_pair": {"rollout": "hf", "training": "hf", "kind": "hf-pair"},
+    "vllm_hf": {"rollout": "vllm", "training": "hf"},
+}
 
 
 def runtime(
     kind: str, plant: dict[str, Any] | None, layers: int = LAYERS, arch: str = "qwen3"
 ) -> Any:
-    cls = PlantedHfPair if kind == "hf_pair" else PlantedVllmHf
-    adapter = cls(model={"num_hidden_layers": layers, "arch": arch})
+    pair = PAIRS["hf_pair" if kind == "hf_pair" else "vllm_hf"]
+    adapter = PlantedRuntime(**pair, model={"num_hidden_layers": layers, "arch": arch})
     adapter.plant = copy.deepcopy(plant)
     return adapter
 

@@ -97,6 +97,9 @@ ATTACKS = {
     "nested_target_in_option": (_option({"seed": _opener()}), "runtime.reserved_key"),
     "partial_key": (_option({"_partial_": True}), "runtime.reserved_key"),
     "interpolation": (_option({"seed": "${oc.env:HOME}"}), "runtime.interpolation"),
+    # the recorded sides are not the catalog config's: another side package, or a path
+    "other_side": (_option({"rollout": "hf"}), "localize.runtime_mismatch"),
+    "side_path": (_option({"training": "../../../tmp/evil"}), "localize.runtime_mismatch"),
 }
 
 
@@ -129,6 +132,11 @@ def test_catalog_is_the_installed_one() -> None:
             catalog_runtime(name)
         assert info.value.code == "config.unknown_runtime"
     assert catalog_runtime("cpu-smoke", {"seed": 4}).model_config.seed == 4
+    for side in ({"rollout": "hf"}, {"training": "/tmp/evil"}, {"rollout": None}):
+        with pytest.raises(ConfigError) as info:
+            catalog_runtime("cpu_smoke", side)
+        assert info.value.code == "runtime.side_mismatch", side
+    assert catalog_runtime("cpu_smoke", {"rollout": "cpu_smoke"}).model_config.seed == 0
 
 
 @pytest.mark.parametrize(

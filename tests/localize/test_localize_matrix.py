@@ -58,8 +58,8 @@ def _run(architecture: str, root: Path) -> tuple[Any, Any]:
 
     checkpoint = write_checkpoint(MATRIX[architecture], root / "checkpoint")
     recorded = {
-        "target": "xconf.adapters.vllm_transformers.adapter:VllmHfRuntime",
-        "options": {"model": {"path": str(checkpoint)}},
+        "target": "xconf.adapters.checkpoint.runtime:CheckpointRuntime",
+        "options": {"rollout": "vllm", "training": "hf", "model": {"path": str(checkpoint)}},
     }
     spec = parse_experiment(_experiment(architecture.lower()))
     prepared = prepare(spec, output_root=root / "out", allow_smoke_operators=False, device="cpu")

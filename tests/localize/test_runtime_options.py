@@ -14,7 +14,8 @@ from xconf.runtime.loading import instantiate_runtime, runtime_config
 from xconf.runtime.provenance import runtime_identity
 
 pytestmark = needs_hf
-VLLM_HF = "xconf.adapters.vllm_transformers.adapter:VllmHfRuntime"
+CHECKPOINT = "xconf.adapters.checkpoint.runtime:CheckpointRuntime"
+VLLM_HF = {"rollout": "vllm", "training": "hf"}
 
 
 def test_a_config_built_adapter_records_every_option_and_is_rebuilt_from_them(
@@ -40,12 +41,17 @@ def test_recorded_options_never_change_the_class() -> None:
         runtime_for("vllm_hf", recorded)
     assert err.value.code == "localize.runtime_mismatch"
     # `--runtime hf_pair` on a vllm_hf run: the chosen config alone
-    chosen = runtime_for("hf_pair", {"target": VLLM_HF, "options": {"seed": 5}}, chosen=True)
-    assert type(chosen).__name__ == "HfPairRuntime" and chosen.engine_options["seed"] == 0
+    vllm_hf = {"target": CHECKPOINT, "options": {**VLLM_HF, "seed": 5}}
+    chosen = runtime_for("hf_pair", vllm_hf, chosen=True)
+    assert chosen.runtime_kind == "hf-pair" and chosen.engine_options["seed"] == 0
+    # the same class, other sides: not the run's runtime
+    with pytest.raises(LocalizeError) as err:
+        runtime_for("hf_pair", vllm_hf)
+    assert err.value.code == "localize.runtime_mismatch" and "rollout=vllm" in err.value.message
 
 
 def test_a_run_that_trusted_remote_code_is_refused() -> None:
-    recorded = {"target": VLLM_HF, "options": {"trust_remote_code": True}}
+    recorded = {"target": CHECKPOINT, "options": {**VLLM_HF, "trust_remote_code": True}}
     with pytest.raises(LocalizeError) as err:
         runtime_for("vllm_hf", recorded)
     assert err.value.code == "localize.remote_code"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from xconf.adapters.vllm_transformers import dataset
+from xconf.adapters.checkpoint import dataset
 from xconf.errors import XconfError
 
 DEFAULTS = {"temperature": 1.0, "response_len": 4, "seed": 7}

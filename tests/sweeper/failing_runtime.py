@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 
 
 class FailingConstructionRuntime(CpuSmokeRuntime):
-    def __init__(self, fail_on_batch_size: int, **options: int) -> None:
+    def __init__(self, fail_on_batch_size: int, **options: Any) -> None:
         super().__init__(**options)
         self.fail_on_batch_size = fail_on_batch_size
 
@@ -19,7 +21,7 @@ class FailingConstructionRuntime(CpuSmokeRuntime):
 class ExitingRuntime(CpuSmokeRuntime):
     """Kills its own process for one batch size: a job that dies without a word."""
 
-    def __init__(self, exit_on_batch_size: int, **options: int) -> None:
+    def __init__(self, exit_on_batch_size: int, **options: Any) -> None:
         super().__init__(**options)
         self.exit_on_batch_size = exit_on_batch_size
 

@@ -135,7 +135,11 @@ class TrainsInBfloat16(Liar):
         super().__init__("training.attention_backend", "eager", side="training", **options)
 
     def bent_build(self, binding: Any, case: Any) -> Any:
-        return CpuSmokeRuntime.build_engine(self, replace(binding, dtype="bfloat16"), case)
+        knobs = tuple(
+            replace(k, materialized="bfloat16") if k.path == "training.compute_dtype" else k
+            for k in binding.knobs
+        )
+        return CpuSmokeRuntime.build_engine(self, replace(binding, knobs=knobs), case)
 
 
 class OwnsOptimizer(Liar):

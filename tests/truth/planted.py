@@ -15,6 +15,7 @@ import torch
 
 from xconf.adapters.cpu_smoke.adapter import CpuSmokeRuntime
 from xconf.adapters.cpu_smoke.engines import TrainingEngine
+from xconf.adapters.cpu_smoke.side import TRAINING
 from xconf.knobs import KNOBS
 from xconf.runtime.protocol import RuntimeBinding, SideBinding, planned_application
 from xconf.runtime.requests import batch_size_from_requests
@@ -25,7 +26,9 @@ SINGLE = (("backend", "none"), ("rank", 0), ("world_size", 1))
 
 class _Engine:
     def __init__(self, runtime: PlantedRuntime, binding: SideBinding, planted: bool) -> None:
-        self._inner = TrainingEngine(runtime.model_config, "float32", "sdpa")
+        self._inner = TrainingEngine(
+            runtime.model_config, "float32", "sdpa", readback=TRAINING.readback
+        )
         self._values = {k.path: k.materialized for k in binding.knobs}
         self._side = binding.side
         self._runtime = runtime
@@ -49,6 +52,12 @@ class _Engine:
     def readback(self) -> Mapping[str, Any]:
         requested = batch_size_from_requests(self._inner.request_sizes, self._requested)
         return {**self._values, "batch.size": requested}
+
+    def reset_state(self) -> None:
+        self._inner.reset_state()
+
+    def embedded_tokens(self) -> None:
+        return None  # the planted scores are not the model's: its record proves nothing
 
     def close(self) -> None:
         self._inner.close()

@@ -23,6 +23,7 @@ from tests.commands import refused_in_process
 from tests.core.runs import only
 from xconf.adapters.cpu_smoke.engines import RolloutEngine
 from xconf.adapters.cpu_smoke.model import SyntheticModelConfig
+from xconf.adapters.cpu_smoke.side import ROLLOUT
 from xconf.config.strict import parse_experiment
 from xconf.planner import plan_experiment
 
@@ -235,7 +236,14 @@ def _deadline(seconds: float) -> Iterator[None]:
 
 def test_the_prefix_cached_decode_loop_ends_on_a_length_0_row() -> None:
     config = SyntheticModelConfig()
-    engine = RolloutEngine(config, "float32", prefix_caching=True, eager=True, mode="decode")
+    engine = RolloutEngine(
+        config,
+        "float32",
+        prefix_caching=True,
+        eager=True,
+        mode="decode",
+        readback=ROLLOUT.readback,
+    )
     empty = torch.zeros(1, 0, dtype=torch.int64)
     with _deadline(5.0):
         logits = engine._logits(empty, empty)

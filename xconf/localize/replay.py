@@ -36,25 +36,38 @@ def runtime_for(
 
     A run directory names no code: ``kind`` must be a catalog name (a path is
     ``config.unknown_runtime``), the class is the catalog's, and the recorded options apply
-    only when they were recorded for that class; they are data (no Hydra key, no
-    interpolation: :func:`~xconf.runtime.loading.check_option_data`). A run that trusted a
-    checkpoint's own code is refused. ``chosen``: the user named the runtime
-    (``--runtime``); another class then gets its own config's options alone instead of a
-    refusal."""
-    from xconf.runtime.loading import catalog_name, catalog_runtime, conf_dir, runtime_config
+    only when they were recorded for that class and the sides the config pairs today (its
+    sides are not another config's); they are data (no Hydra key, no interpolation:
+    :func:`~xconf.runtime.loading.check_option_data`). A run that trusted a checkpoint's own
+    code is refused. ``chosen``: the user named the runtime (``--runtime``); another runtime
+    then gets its own config's options alone instead of a refusal."""
+    from xconf.runtime.loading import (
+        catalog_name,
+        catalog_runtime,
+        check_option_data,
+        conf_dir,
+        pairing,
+        runtime_config,
+    )
 
     name = catalog_name(conf_dir(), kind)
-    target = str(runtime_config(name).get("_target_", ""))
     options = recorded.get("options") if recorded else None
     if not (recorded and isinstance(options, Mapping) and options):
         return catalog_runtime(name)
-    if str(recorded.get("target", "")).replace(":", ".") != target.replace(":", "."):
+    check_option_data(options)  # data first: nothing in it is resolved or built
+    config = runtime_config(name)
+    target = str(config.get("_target_", ""))
+    sides = pairing(config)
+    if str(recorded.get("target", "")).replace(":", ".") != target.replace(":", ".") or any(
+        options.get(k) != v for k, v in sides.items()
+    ):
         if chosen:
             return catalog_runtime(name)
         raise LocalizeError(
             "localize.runtime_mismatch",
-            f"the run's adapter was {str(recorded.get('target'))[:120]!r}, conf/runtime/ names "
-            f"{target!r} for '{name}': pass --runtime NAME",
+            f"the run's adapter was {str(recorded.get('target'))[:120]!r} "
+            f"{_named(options)[:200]}, conf/runtime/ names {target!r} {_named(sides)} "
+            f"for '{name}': pass --runtime NAME",
             "runtime",
         )
     if options.get("trust_remote_code"):
@@ -67,12 +80,18 @@ def runtime_for(
     return catalog_runtime(name, options)
 
 
+def _named(options: Mapping[str, Any]) -> str:
+    from xconf.runtime.loading import pairing
+
+    return "(" + ", ".join(f"{k}={v}" for k, v in pairing(options).items()) + ")"
+
+
 def refreeze(adapter: Any, sealed: Identity) -> Identity:
     """Freeze the sealed identity's recipe again; the result must be the sealed identity."""
     identity = sealed
     recipe = json.loads(sealed.recipe)
     if recipe:
-        from xconf.adapters.vllm_transformers.identity import thaw_recipe
+        from xconf.adapters.checkpoint.identity import thaw_recipe
 
         # The keys freezing added (spec digest, tokenizer location, dataset digest) are not
         # part of the recipe the experiment declared: the recipe parser refuses them.

@@ -37,15 +37,13 @@ def _nothing() -> None:
 def side_module(engine: Any, side: str) -> SideModule:
     import torch
 
-    from xconf.adapters.vllm_transformers.engines import (
-        HfTrainingSide,
-        OnSideRanks,
-        VllmRolloutSide,
-    )
+    from xconf.adapters.hf.side_engine import HfScorerSide
+    from xconf.adapters.vllm.side_engine import VllmRolloutSide
+    from xconf.runtime.wrappers import OnSideRanks
 
     inner = engine
     while hasattr(inner, "wrapped") or isinstance(inner, OnSideRanks):
-        # _Timed and hf_pair's reference side expose ``wrapped``; OnSideRanks holds the
+        # the checkpoint runtime's Timed exposes ``wrapped``; OnSideRanks holds the
         # engine on its side's member ranks (every rank in a one-process world)
         inner = inner.engine if isinstance(inner, OnSideRanks) else inner.wrapped
         if inner is None:
@@ -74,7 +72,7 @@ def side_module(engine: Any, side: str) -> SideModule:
             )
         # A prefix-cache hit would skip positions; every pass starts from an empty cache.
         return SideModule("vllm", models[0], llm.reset_prefix_cache)
-    if isinstance(inner, HfTrainingSide):
+    if isinstance(inner, HfScorerSide):
         scorer = inner.scorer
         if scorer.sharding != "unsharded":
             raise LocalizeError(

@@ -18,7 +18,7 @@ import torch
 
 from xconf.errors import IdentityViolation
 from xconf.experiment import Identity
-from xconf.runtime.protocol import FrozenInputs, SideScore
+from xconf.runtime.protocol import Engine, FrozenInputs, SideScore
 
 FIELDS = ("token_ids", "selected_token_ids", "active_mask", "attention_mask", "position_ids")
 
@@ -115,17 +115,17 @@ def no_optimizer(side: str) -> Iterator[None]:
         )
 
 
-def check_embedded(side: str, engine: Any, frozen: FrozenInputs) -> bool:
+def check_embedded(side: str, engine: Engine, frozen: FrozenInputs) -> bool:
     """The tokens the model itself embedded (its own record, not the scorer's echo) must be
     frozen tokens at their frozen positions; False when the engine keeps no such record."""
-    record = getattr(engine, "embedded_tokens", None)
-    if not callable(record):
+    record = engine.embedded_tokens()
+    if record is None:
         return False
     rows = [
         dict(zip(p.tolist(), t.tolist(), strict=True))
         for t, p in zip(frozen.token_ids, frozen.position_ids, strict=True)
     ]
-    for tokens, positions in record():
+    for tokens, positions in record:
         width = tokens.shape[-1] if tokens.dim() > 1 else 1  # a decode step embeds one token
         for row_t, row_p in zip(
             tokens.reshape(-1, width).tolist(), positions.reshape(-1, width).tolist(), strict=True

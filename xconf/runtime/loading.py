@@ -33,6 +33,9 @@ from xconf.errors import ConfigError, XconfError
 NON_OPTION_KEYS = ("_target_", "name")
 # The keys hydra.utils.instantiate acts on: in an option they would choose code or arguments.
 HYDRA_KEYS = frozenset({"_target_", "_args_", "_recursive_", "_convert_", "_partial_"})
+# The options that say which runtime a config is, beside its class: the sides it pairs (and
+# the kind it records). Data never sets them: they are the catalog config's own.
+PAIRING_OPTIONS = ("rollout", "training", "kind")
 # A catalog name: a file name of conf/runtime/, never a path (no '/', no '.', no '..').
 _RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ABSENT = object()
@@ -99,15 +102,34 @@ def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
 
 def catalog_runtime(name: Any, options: Mapping[str, Any] | None = None) -> Any:
     """The catalog's runtime ``name`` built with ``options`` (data read from a run directory:
-    ``actual.json``'s recorded constructor options) over the catalog's own. The class is the
-    catalog's, whatever the data says; the options are checked like any other."""
+    ``actual.json``'s recorded constructor options) over the catalog's own. The class and the
+    sides it pairs are the catalog's, whatever the data says (options naming other sides are
+    ``runtime.side_mismatch``); the options are checked like any other."""
     loaded = OmegaConf.to_container(runtime_config(catalog_name(conf_dir(), name)), resolve=True)
     if not isinstance(loaded, dict):
         raise ConfigError("runtime.not_a_mapping", "the runtime config is not a mapping", "runtime")
     config = {str(k): v for k, v in loaded.items()}
     extra = {str(k): v for k, v in (options or {}).items() if k not in NON_OPTION_KEYS}
     check_option_data(extra)
-    return instantiate_runtime({**config, **extra})
+    moved = {
+        k: extra[k] for k in PAIRING_OPTIONS if k in config and k in extra and extra[k] != config[k]
+    }
+    if moved:
+        key = next(iter(moved))
+        raise ConfigError(
+            "runtime.side_mismatch",
+            f"the options would pair other sides than the catalog's '{name}' "
+            f"({', '.join(f'{k}={config[k]}' for k in moved)}): "
+            f"{repr(moved)[:200]}",
+            f"runtime.{key}",
+        )
+    kept = {k: v for k, v in extra.items() if k not in PAIRING_OPTIONS}
+    return instantiate_runtime({**config, **kept})
+
+
+def pairing(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The sides a runtime config pairs (and the kind it records), as it names them."""
+    return {k: config[k] for k in PAIRING_OPTIONS if k in config}
 
 
 def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:

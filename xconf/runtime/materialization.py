@@ -31,12 +31,12 @@ from xconf.runtime.protocol import (
     SideBinding,
     unsupported_application,
 )
-from xconf.runtime.settings import Settings, setting_name
+from xconf.runtime.settings import setting_name
 
 if TYPE_CHECKING:
     from xconf.execution_plan import ExecutionCase
 
-S = TypeVar("S", bound=Settings)
+S = TypeVar("S")  # a side's settings record (``runtime/side.SideSpec.settings``)
 
 REJECTED_STATUSES = frozenset({"unsupported", "error"})
 
@@ -96,19 +96,19 @@ def materialize(
 
 def default_bind(
     runtime: RuntimeView,
-    handlers: Handlers,
+    handlers: Mapping[Side, Handlers],
     case: ExecutionCase,
     contexts: Mapping[Side, tuple[tuple[str, Any], ...]],
     scorers: tuple[tuple[str, str], ...],
 ) -> RuntimeBinding:
     """Requested -> materialized for every knob of the case on each side (``logp.backend``
-    is the operator binding's: ``backend_application``), through the runtime's handlers."""
+    is the operator binding's: ``backend_application``), through that side's handlers."""
     knobs = case.case.knob_dict()
     sides = {
         side: SideBinding(
             side,
             tuple(
-                materialize(handlers, runtime, path, side, value, knobs)
+                materialize(handlers[side], runtime, path, side, value, knobs)
                 for path, value in sorted(knobs.items())
                 if path != LOGP_BACKEND.path and KNOBS[path].side in (side, "both")
             ),
@@ -128,10 +128,15 @@ def default_bind(
 
 def settings_for(binding: SideBinding, kind: type[S]) -> S:
     """The side's settings from its bound knobs: each knob's materialized value in the field
-    ``setting_name`` names; a knob the case does not declare keeps the field's default."""
-    names = {f.name for f in fields(kind)}
+    ``setting_name`` names. A knob the case does not declare, or one the side materialized
+    nothing for (``unsupported``: the case is refused under strict execution, and marked
+    "not applied" without it), keeps the field's default: the engine is built as it would
+    be without the knob, and its readback says what ran."""
+    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
     for knob in binding.knobs:
+        if knob.materialized is None:
+            continue
         name = setting_name(KNOBS[knob.path])
         if name not in names:  # a knob of the other side, or settings of the other side
             raise RuntimeMaterializationError(
@@ -140,7 +145,7 @@ def settings_for(binding: SideBinding, kind: type[S]) -> S:
                 f"{binding.side}:{knob.path}",
             )
         values[name] = knob.materialized
-    return replace(kind(), **values)
+    return replace(kind(), **values)  # type: ignore[type-var]
 
 
 def apply_readback(

@@ -8,7 +8,7 @@ planner or runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -315,8 +315,8 @@ class SideScore:
 class Engine(Protocol):
     """A constructed scorer for one side; may be reused across cases with equal fingerprints.
 
-    An engine that keeps state across calls (a prefix or KV cache) also has ``reset_state()``,
-    which the engine cache calls before every reuse: cases never see each other's state.
+    Every method is required, and an engine that wraps another (a timer, the placement on a
+    side's ranks) forwards each one: the runner reaches nothing of an engine with ``getattr``.
     """
 
     def readback(self) -> Mapping[str, ReadbackValue]:
@@ -332,6 +332,18 @@ class Engine(Protocol):
         operator: SelectedLogprobOp | None,
     ) -> SideScore:
         """Score the frozen tokens read-only; ``operator`` None means the runtime's native path."""
+        ...
+
+    def reset_state(self) -> None:
+        """Forget what the engine kept from the calls before (a prefix or KV cache, the
+        requests it answered): the engine cache calls it before every reuse, so no case sees
+        another's state. An engine that keeps nothing across calls does nothing."""
+        ...
+
+    def embedded_tokens(self) -> Sequence[tuple[torch.Tensor, torch.Tensor]] | None:
+        """(token ids, position ids) the model itself embedded in the last scoring call, by
+        its own record (``runtime/guards.check_embedded`` checks them against the frozen
+        rows); None: the engine keeps no such record, and the scorer's echo is all there is."""
         ...
 
     def close(self) -> None: ...

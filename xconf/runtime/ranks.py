@@ -30,6 +30,18 @@ def world_size() -> int:
     return dist.get_world_size() if in_process_group() else 1
 
 
+def process_group_context() -> tuple[tuple[str, Any], ...]:
+    """The launched world as a binding records it: its backend, this rank, its size
+    (``none``, 0, 1 outside torch.distributed)."""
+    if in_process_group():
+        return (
+            ("backend", str(dist.get_backend())),
+            ("rank", dist.get_rank()),
+            ("world_size", dist.get_world_size()),
+        )
+    return (("backend", "none"), ("rank", 0), ("world_size", 1))
+
+
 def from_rank0(value: T) -> T:
     """Every rank gets rank 0's ``value``, so no rank diverges before a collective."""
     if not in_process_group() or dist.get_world_size() == 1:

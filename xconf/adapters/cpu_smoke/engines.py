@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
-from xconf.adapters.cpu_smoke.handlers import HANDLERS
 from xconf.adapters.cpu_smoke.model import (
     AttentionKind,
     SyntheticCausalLM,
@@ -24,9 +24,10 @@ from xconf.runtime.protocol import (
     ReadOnlyEvidence,
     SelectedLogprobOp,
     SideScore,
-    knob_readback,
 )
-from xconf.runtime.readback import ROLLOUT_VOCAB_LAYOUT, TRAINING_VOCAB_LAYOUT
+
+# What an engine reports from its live state: its side's readback (``side.py``'s spec).
+ReadBackState = Callable[[Any], Mapping[str, ReadbackValue]]
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in KNOB_DTYPES}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -70,8 +71,9 @@ def check_limits(config: SyntheticModelConfig, inputs: FrozenInputs) -> None:
 
 
 class _SyntheticEngine:
-    def __init__(self, config: SyntheticModelConfig, dtype: str) -> None:
+    def __init__(self, config: SyntheticModelConfig, dtype: str, readback: ReadBackState) -> None:
         self.config = config
+        self._readback = readback
         self.model: SyntheticCausalLM = build_model(config, DTYPES[dtype])
         self.request_size: int | None = None  # batch size of the last scoring call
         self.request_sizes: list[int] = []  # rows of every request the last call ran
@@ -153,6 +155,15 @@ class _SyntheticEngine:
     def _uses_kv_cache(self) -> bool:
         return False
 
+    def live(self) -> Any:
+        raise NotImplementedError
+
+    def readback(self) -> Mapping[str, ReadbackValue]:
+        return self._readback(self.live())
+
+    def reset_state(self) -> None:
+        """Nothing to forget: every scoring call starts its request record afresh."""
+
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
 
@@ -160,8 +171,14 @@ class _SyntheticEngine:
 class TrainingEngine(_SyntheticEngine):
     """Teacher-forced full-sequence scoring; never a KV cache."""
 
-    def __init__(self, config: SyntheticModelConfig, dtype: str, attention: AttentionKind) -> None:
-        super().__init__(config, dtype)
+    def __init__(
+        self,
+        config: SyntheticModelConfig,
+        dtype: str,
+        attention: AttentionKind,
+        readback: ReadBackState,
+    ) -> None:
+        super().__init__(config, dtype, readback)
         self.attention: AttentionKind = attention
 
     def live(self) -> TrainingState:
@@ -172,13 +189,8 @@ class TrainingEngine(_SyntheticEngine):
             "unsharded",
             tuple(self.request_sizes),
             self.request_size,
+            self.vocab_layout(),
         )
-
-    def readback(self) -> Mapping[str, ReadbackValue]:
-        return {
-            TRAINING_VOCAB_LAYOUT.name: self.vocab_layout(),
-            **knob_readback(HANDLERS, "training", self.live()),
-        }
 
     def score(
         self,
@@ -208,8 +220,9 @@ class RolloutEngine(_SyntheticEngine):
         prefix_caching: bool,
         eager: bool,
         mode: str,
+        readback: ReadBackState,
     ) -> None:
-        super().__init__(config, dtype)
+        super().__init__(config, dtype, readback)
         self.prefix_caching = prefix_caching
         self.eager = eager
         self.mode = mode
@@ -230,13 +243,8 @@ class RolloutEngine(_SyntheticEngine):
             1,
             tuple(self.request_sizes),
             self.request_size,
+            self.vocab_layout(),
         )
-
-    def readback(self) -> Mapping[str, ReadbackValue]:
-        return {
-            ROLLOUT_VOCAB_LAYOUT.name: self.vocab_layout(),
-            **knob_readback(HANDLERS, "rollout", self.live()),
-        }
 
     def score(
         self,

@@ -1,5 +1,5 @@
-"""The cpu-smoke runtime's knob handlers: how each knob is materialized, and read back from
-the synthetic engines' live state."""
+"""The synthetic sides' knob handlers: how each knob is materialized, and read back from the
+synthetic engines' live state (``side.py`` declares the two sides with them)."""
 
 from __future__ import annotations
 
@@ -72,10 +72,10 @@ def _modules(live: TrainingState) -> str:
     return live.sharding
 
 
-# What this runtime configures for each knob, and how each is read back from the synthetic
-# engine's live state (``state.RolloutState``, ``state.TrainingState``). No extended
+# What each synthetic side configures for each knob, and how each is read back from the
+# synthetic engine's live state (``state.RolloutState``, ``state.TrainingState``). No extended
 # knob has a handler: each is unsupported here.
-HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
+ROLLOUT: Mapping[str, KnobHandler] = MappingProxyType(
     {
         BATCH_SIZE.path: CHUNKED_REQUESTS,
         ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_single_rank, _ranks),
@@ -83,6 +83,11 @@ HANDLERS: Mapping[str, KnobHandler] = MappingProxyType(
         ROLLOUT_DTYPE.path: AT_CONSTRUCTION.reading(_dtype),
         ROLLOUT_ENABLE_PREFIX_CACHING.path: AT_CONSTRUCTION.reading(_prefix_caching),
         ROLLOUT_ENFORCE_EAGER.path: AT_CONSTRUCTION.reading(_eager),
+    }
+)
+TRAINING: Mapping[str, KnobHandler] = MappingProxyType(
+    {
+        BATCH_SIZE.path: CHUNKED_REQUESTS,
         TRAINING_ATTENTION_BACKEND.path: KnobHandler(_attention_backend, _attention),
         TRAINING_COMPUTE_DTYPE.path: AT_CONSTRUCTION.reading(_dtype),
         TRAINING_SHARDING.path: KnobHandler(_sharding, _modules),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xconf.ops.logprob.contract import ShardingSpec
+
 
 @dataclass(frozen=True)
 class TrainingState:
@@ -14,6 +16,7 @@ class TrainingState:
     sharding: str  # one unsharded module: the engine has no process group
     request_sizes: tuple[int, ...]
     requested_batch_size: int | None
+    vocab_layout: ShardingSpec  # the output head as built (a reading, no knob)
 
 
 @dataclass(frozen=True)
@@ -26,3 +29,4 @@ class RolloutState:
     ranks: int  # in-process ranks the model is computed on (one: no TP, no CP)
     request_sizes: tuple[int, ...]
     requested_batch_size: int | None
+    vocab_layout: ShardingSpec

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, UnsupportedKnobError
-from xconf.canonical import canonical_digest
+from xconf.adapters.hf.settings import HfSettings
 from xconf.knobs import (
     DTYPES,
     TRAINING_ATTENTION_BACKEND,
@@ -23,8 +23,14 @@ from xconf.runtime.readback import (
     TRAINING_VOCAB_LAYOUT,
     TRAINING_WORLD_SIZE,
 )
+from xconf.runtime.settings import built_from
 
 ATTENTION_BACKENDS = ("eager", "sdpa", "flash_attention_2")
+# The knob fields' defaults: the side's settings own them (one place).
+_SETTINGS = HfSettings()
+# The training side's settings no scorer field holds: the requests' batch size, the operator
+# binding's backend.
+SETTINGS_NOT_BUILT = frozenset({"batch_size", "logp_backend"})
 
 
 def normalize_sharding(value: str) -> str:
@@ -37,19 +43,27 @@ def normalize_sharding(value: str) -> str:
 
 @dataclass(frozen=True)
 class TrainingScorerConfig:
-    """Training-side construction knobs; the fingerprint decides scorer reuse."""
+    """The scorer's construction: the side's settings (``settings.HfSettings``, copied field
+    by field: ``from_settings``) and where the model comes from. Reuse is not its to decide:
+    the engine cache keys engines by the case binding's fingerprints."""
 
     model_path: str
-    attention_backend: str = "sdpa"
-    compute_dtype: str = "float32"
-    sharding: str = "unsharded"
+    attention_backend: str = _SETTINGS.attention_backend
+    compute_dtype: str = _SETTINGS.compute_dtype
+    sharding: str = _SETTINGS.sharding
     device: str = "cpu"
     # FSDP2 MixedPrecisionPolicy (``none``: no policy); only an FSDP2 model takes one.
-    param_dtype: str = "none"
-    reduce_dtype: str = "none"
+    param_dtype: str = _SETTINGS.param_dtype
+    reduce_dtype: str = _SETTINGS.reduce_dtype
     # Score each request as one packed row (per-sample positions, no padding, no mask).
-    remove_padding: bool = False
+    remove_padding: bool = _SETTINGS.remove_padding
     trust_remote_code: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: HfSettings, **construction: Any) -> TrainingScorerConfig:
+        """The scorer built for the side's settings: every setting that is a field here, by
+        name (``SETTINGS_NOT_BUILT`` are none), and where the model comes from."""
+        return built_from(cls, settings, **construction)
 
     def validate(self) -> None:
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -83,9 +97,6 @@ class TrainingScorerConfig:
                     f"{name}={value} is an FSDP2 MixedPrecisionPolicy; the model is unsharded",
                     f"training.{name}",
                 )
-
-    def fingerprint(self) -> str:
-        return canonical_digest(asdict(self))
 
 
 def load_model(cfg: TrainingScorerConfig) -> Any:

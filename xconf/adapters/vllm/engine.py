@@ -1,16 +1,18 @@
-"""Construct a vLLM rollout engine from knob values and read its live state back.
+"""Construct a vLLM rollout engine from the side's settings and read its live state back.
 
-``RolloutEngineConfig`` holds the engine-construction and process knobs; its
-``fingerprint()`` decides engine reuse. ``VllmRolloutEngine.live()`` reports what the
-constructed engine actually uses (its resolved ``vllm_config`` and, through
-``collective_rpc``, the workers' loaded model), never the requested values.
+``RolloutEngineConfig`` holds everything fixed when the engine is built: the side's settings
+(``settings.VllmSettings``, copied field by field: ``from_settings``) and the runtime's
+process options. Reuse is not its to decide: the engine cache keys engines by the case
+binding's fingerprints. ``VllmRolloutEngine.live()`` reports what the constructed engine
+actually uses (its resolved ``vllm_config`` and, through ``collective_rpc``, the workers'
+loaded model), never the requested values.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
@@ -21,8 +23,8 @@ from xconf.adapters.vllm.process import (
     inprocess_executor,
 )
 from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
+from xconf.adapters.vllm.settings import VllmSettings
 from xconf.adapters.vllm.state import VllmState
-from xconf.canonical import canonical_digest
 from xconf.knobs import (
     DTYPES,
     LOGP_BACKEND,
@@ -32,6 +34,7 @@ from xconf.knobs import (
 from xconf.runtime.readback import (
     ROLLOUT_KV_CACHE_MEMORY_BYTES,
 )
+from xconf.runtime.settings import built_from
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
 DEFAULT_KV_CACHE_BYTES = 64 << 20
@@ -39,6 +42,8 @@ DEFAULT_KV_CACHE_BYTES = 64 << 20
 # model-parallel state (cleanup_dist_env_and_memory), which every engine whose core runs in
 # this process uses. So at most one such engine is alive: building one closes the others.
 _LIVE: weakref.WeakSet[VllmRolloutEngine] = weakref.WeakSet()
+# The knob fields' defaults: the side's settings own them (one place).
+_SETTINGS = VllmSettings()
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,10 @@ class RolloutEngineConfig:
     """Everything that is fixed when the engine is built (lifecycle: engine, process)."""
 
     model_path: str
-    dtype: str = "float32"
-    enable_prefix_caching: bool = False
-    enforce_eager: bool = True
-    tensor_parallel_size: int = 1
+    dtype: str = _SETTINGS.dtype
+    enable_prefix_caching: bool = _SETTINGS.enable_prefix_caching
+    enforce_eager: bool = _SETTINGS.enforce_eager
+    tensor_parallel_size: int = _SETTINGS.tensor_parallel_size
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
     seed: int = 0
     max_model_len: int = 256
@@ -61,14 +66,21 @@ class RolloutEngineConfig:
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
-    # Extended knobs (beyond the drift contract); None leaves the engine's own default (a
-    # declared knob the runtime could not materialize also arrives as None).
-    kv_cache_dtype: str | None = "auto"
-    enable_chunked_prefill: bool | None = None
-    max_num_batched_tokens: int | None = None
-    batch_invariant: bool | None = False
+    # Extended knobs (beyond the drift contract); None leaves vLLM's own default.
+    kv_cache_dtype: str = _SETTINGS.kv_cache_dtype
+    enable_chunked_prefill: bool | None = _SETTINGS.enable_chunked_prefill
+    max_num_batched_tokens: int | None = _SETTINGS.max_num_batched_tokens
+    batch_invariant: bool = _SETTINGS.batch_invariant
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: VllmSettings, **construction: Any) -> RolloutEngineConfig:
+        """The engine built for the side's settings: every setting that is a field here, by
+        name (``SETTINGS_NOT_BUILT`` are none: the requests' batch size, the operator
+        binding's backend, a context parallelism only ever materialized as 1), and the
+        runtime's ``construction`` options."""
+        return built_from(cls, settings, **construction)
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
@@ -104,8 +116,9 @@ class RolloutEngineConfig:
                 ROLLOUT_KV_CACHE_MEMORY_BYTES.name,
             )
 
-    def fingerprint(self) -> str:
-        return canonical_digest(asdict(self))
+
+# The vLLM side's settings no engine field holds (``tests/core/test_settings.py`` checks it).
+SETTINGS_NOT_BUILT = frozenset({"batch_size", "logp_backend", "context_parallel_size"})
 
 
 def _worker_state(worker: Any) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 The engine reports its resolved ``vllm_config``, what its scored pass was served (prefix
 cache hits, the requests it answered) and, through ``collective_rpc``, each worker's loaded
-model; it names no knob. The knobs are read from this by vllm_hf's handlers
-(``vllm_transformers/reads.py``); ``readings()`` is what the engine reports beside them.
+model; it names no knob. The knobs are read from this by the vLLM side's handlers
+(``handlers.py``, reading through ``reads.py``); ``readings()`` is what the engine reports
+beside them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""How vllm_hf and hf_pair read each knob back: from the live state their engines expose.
-
-The rollout side is vLLM (``adapters/vllm/state.VllmState``: its resolved config, the
-requests it answered, each worker's loaded model); the training side, and hf_pair's
-reference scorer, is the transformers scorer (``adapters/hf/scorer.ScorerState``: its model
-as it is now and the forwards it ran). Each function here is one handler's ``readback``.
+"""How the vLLM side reads each rollout knob back: from the live state its engine exposes
+(``state.VllmState``: its resolved config, the requests it answered, each worker's loaded
+model). Each function here is one handler's ``readback`` (``handlers.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +11,9 @@ from typing import TYPE_CHECKING, Any
 from xconf.runtime.protocol import ReadBack, ReadbackFailure, ReadbackValue
 
 if TYPE_CHECKING:
-    from xconf.adapters.hf.scorer import ScorerState
     from xconf.adapters.vllm.state import VllmState
 
 
-# -- rollout: vLLM ---------------------------------------------------------------------------
 def from_workers(values: Callable[[dict[str, Any]], Iterable[Any]]) -> ReadBack:
     """A value only vLLM's workers can tell (their loaded model): the one value every worker
     reports (None: they disagree), or a failed read when the workers could not be read."""
@@ -58,38 +53,3 @@ def chunked_prefill(live: VllmState) -> bool:
 
 def max_num_batched_tokens(live: VllmState) -> int:
     return int(live.config.scheduler_config.max_num_batched_tokens)
-
-
-# -- training (and hf_pair's reference): the transformers scorer ---------------------------
-def attention(live: ScorerState) -> str:
-    return live.model.attention
-
-
-def compute_dtype(live: ScorerState) -> str | None:
-    """The parameters' one dtype (None: mixed dtypes, not one observable value)."""
-    dtypes = live.model.param_dtypes
-    return dtypes[0] if len(dtypes) == 1 else None
-
-
-def sharding(live: ScorerState) -> str:
-    return live.model.sharding
-
-
-def param_dtype(live: ScorerState) -> str:
-    return live.model.policy[0]
-
-
-def reduce_dtype(live: ScorerState) -> str:
-    return live.model.policy[1]
-
-
-def remove_padding(live: ScorerState) -> bool | None:
-    """What the forwards really were: one packed row per request, or a padded batch (None:
-    both, or none ran)."""
-    kinds = set(live.layouts)
-    return (kinds.pop() == "packed") if len(kinds) == 1 else None
-
-
-def unsharded_ranks(live: ScorerState) -> int | None:
-    """One rank when the scorer is one unsharded module (hf_pair's reference TP)."""
-    return 1 if live.model.sharding == "unsharded" else None

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from xconf.adapters.checkpoint.model_options import parse_model_options
 from xconf.adapters.errors import ModelFactoryError
 from xconf.adapters.models.factory import model_spec
 from xconf.adapters.models.facts import read_checkpoint_json
-from xconf.adapters.vllm_transformers.model_options import parse_model_options
 from xconf.runtime.input_limits import InputLimits
 
 DEFAULT_MAX_MODEL_LEN = 256

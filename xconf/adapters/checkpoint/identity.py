@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xconf.adapters.checkpoint.dataset import (
+    DatasetOptions,
+    generate_from_ids,
+    load_prompt_ids,
+    load_tokenizer,
+    parse_dataset,
+)
 from xconf.adapters.errors import IdentityViolationError
 from xconf.adapters.frozen import (
     DEFAULT_PROMPTS,
@@ -22,20 +29,13 @@ from xconf.adapters.frozen import (
 )
 from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
 from xconf.adapters.models import ModelRecord, default_cache_dir
-from xconf.adapters.vllm_transformers.dataset import (
-    DatasetOptions,
-    generate_from_ids,
-    load_prompt_ids,
-    load_tokenizer,
-    parse_dataset,
-)
 from xconf.artifacts.layout import read_cache_entry
 from xconf.artifacts.safe_io import write_cache_entry
 from xconf.canonical import canonical_digest
 from xconf.experiment import Identity
 
 if TYPE_CHECKING:
-    from xconf.adapters.vllm_transformers.model_options import ModelOptions
+    from xconf.adapters.checkpoint.model_options import ModelOptions
 
 RECIPE_KIND = "vllm_baseline_rollout"
 MAX_FROZEN_BYTES = 256 << 20

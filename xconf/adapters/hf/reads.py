@@ -1,0 +1,46 @@
+"""How the transformers sides read each knob back: from the live state the scorer exposes
+(``scorer.ScorerState``: its model as it is now and the forwards it ran). Each function here
+is one handler's ``readback`` (``handlers.py``), on the training side and on the reference
+scorer's rollout side alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xconf.adapters.hf.scorer import ScorerState
+
+
+def attention(live: ScorerState) -> str:
+    return live.model.attention
+
+
+def compute_dtype(live: ScorerState) -> str | None:
+    """The parameters' one dtype (None: mixed dtypes, not one observable value)."""
+    dtypes = live.model.param_dtypes
+    return dtypes[0] if len(dtypes) == 1 else None
+
+
+def sharding(live: ScorerState) -> str:
+    return live.model.sharding
+
+
+def param_dtype(live: ScorerState) -> str:
+    return live.model.policy[0]
+
+
+def reduce_dtype(live: ScorerState) -> str:
+    return live.model.policy[1]
+
+
+def remove_padding(live: ScorerState) -> bool | None:
+    """What the forwards really were: one packed row per request, or a padded batch (None:
+    both, or none ran)."""
+    kinds = set(live.layouts)
+    return (kinds.pop() == "packed") if len(kinds) == 1 else None
+
+
+def unsharded_ranks(live: ScorerState) -> int | None:
+    """One rank when the scorer is one unsharded module (the reference's TP)."""
+    return 1 if live.model.sharding == "unsharded" else None

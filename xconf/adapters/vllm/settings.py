@@ -1,0 +1,41 @@
+"""The vLLM rollout side's settings: the one record each rollout knob's materialized value
+lands in (``runtime/materialization.settings_for``), each field's default the engine's own.
+``engine.RolloutEngineConfig`` takes its knob fields' defaults from here and is built from
+it field by field (``RolloutEngineConfig.from_settings``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The vLLM engine's construction, process and request settings."""
+
+    batch_size: int | None = None
+    """``batch.size``: samples per scoring request (the last request may be shorter)."""
+    tensor_parallel_size: int = 1
+    """``rollout.tensor_parallel_size``: ranks the rollout model is tensor-parallel over."""
+    context_parallel_size: int = 1
+    """``rollout.context_parallel_size``: ranks a prefill's context is split over (only 1 is
+    materialized here: no field of the engine)."""
+    dtype: str = "float32"
+    """``rollout.dtype``: compute dtype of the rollout model (``float32``, ``bfloat16``,
+    ``float16``)."""
+    enable_prefix_caching: bool = False
+    """``rollout.enable_prefix_caching``: reuse cached KV blocks of a shared prompt prefix."""
+    enforce_eager: bool = True
+    """``rollout.enforce_eager``: eager PyTorch, no compiled or CUDA-graph path."""
+    logp_backend: str | None = None
+    """``logp.backend``: the selected-logprob backend id (the operator binding owns it)."""
+    kv_cache_dtype: str = "auto"
+    """``rollout.kv_cache_dtype``: element dtype of the paged KV cache (``auto``: the model's
+    dtype)."""
+    enable_chunked_prefill: bool | None = None
+    """``rollout.enable_chunked_prefill``: split long prefills into token-budget chunks
+    (None: the engine's default)."""
+    max_num_batched_tokens: int | None = None
+    """``rollout.max_num_batched_tokens``: tokens the scheduler batches per step (None: the
+    engine's default)."""
+    batch_invariant: bool = False
+    """``rollout.batch_invariant``: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT)."""

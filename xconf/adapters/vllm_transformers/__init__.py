@@ -1,1 +1,0 @@
-"""The `vllm_hf` runtime: vLLM rollout scorer paired with a Hugging Face training scorer."""
