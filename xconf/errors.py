@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xconf.shown_text import bounded
+
 
 class XconfError(Exception):
-    """Base error: ``code`` is stable and machine-readable; ``path`` names the bad key."""
+    """Base error: ``code`` is stable and machine-readable; ``path`` names the bad key.
+
+    The message and the path are stored bounded (:func:`~xconf.shown_text.bounded`: their
+    head and tail around a note of what was cut): a name or value read from a hostile file
+    (a 76-million-character tensor name) never makes a 76-million-character error line."""
 
     def __init__(self, code: str, message: str, path: str | None = None) -> None:
         self.code = code
-        self.message = message
-        self.path = path
+        self.message = bounded(str(message))
+        self.path = None if path is None else bounded(str(path), 512, 256)
+        message, path = self.message, self.path
         where = f" at '{path}'" if path else ""
         super().__init__(f"[{code}]{where}: {message}")
 

@@ -45,6 +45,7 @@ from xconf.artifacts.layout import (
     PLAN_NAME,
     attempt_number,
     is_stale_temp,
+    judged_run,
     read_json,
     read_plan_lines,
 )
@@ -53,6 +54,7 @@ from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
+from xconf.judge import records as judged_records
 from xconf.runtime.rederive import record_problems
 from xconf.verify_plan import identity_digest, identity_split, plan_row_problems
 from xconf.verify_verdict import check_verdict
@@ -142,28 +144,41 @@ class _Run:
     rows: dict[str, dict[str, Any]]
     header: dict[str, Any]
 
+    @property
+    def judged(self) -> bool:
+        """The run's kind decides every attempt's (never the attempt's own records)."""
+        return judged_run(self.header)
+
 
 def _judge(store: ExperimentStore, entry: Path, run: _Run) -> _Judged:
     check = store.verify_attempt(entry)
     result = sealed_result(check.state)
     if check.partial:
         return _Judged(check, None, check.reason)
-    reason = check.reason or check_verdict(entry, check.seal or {})
+    reason = check.reason or check_verdict(entry, check.seal or {}, judged=run.judged)
     if reason is None and result not in NON_REUSABLE_RESULTS:
         # A verdict's records re-derived offline (an error is no verdict, never reused): the
         # execution key from the stored records, the identity's inner digest, strict
         # execution re-applied, token fields vs the identity; then the records against the
-        # case's plan row and the header.
-        problems = record_problems(entry, check.seal or {})
-        if not problems:
-            row = run.rows.get(entry.parent.name)
-            problems = plan_row_problems(entry, row, run.header)
+        # case's plan row and the header. A judged dump's by its own rules.
+        row = run.rows.get(entry.parent.name)
+        if run.judged:
+            problems = judged_records.attempt_problems(entry, check.seal or {}, run.header, row)
+        else:
+            problems = record_problems(entry, check.seal or {})
+            if not problems:
+                problems = plan_row_problems(entry, row, run.header)
         reason = "; ".join(problems) if problems else None
     return _Judged(check, result, reason)
 
 
 def _verify_case(
-    store: ExperimentStore, case_dir: Path, planned: set[str], run: _Run, digests: dict[str, str]
+    store: ExperimentStore,
+    case_dir: Path,
+    planned: set[str],
+    run: _Run,
+    digests: dict[str, str],
+    dumps: dict[str, set[str]],
 ) -> list[Finding]:
     case_id = case_dir.name
     findings: list[Finding] = []
@@ -181,8 +196,13 @@ def _verify_case(
         judged.append(_judge(store, entry, run))
     judged.sort(key=lambda j: j.number)
     answer = max((j.number for j in judged if j.has_verdict), default=None)
+    if run.judged:  # each judged dump is its own identity, bound to its case by the header
+        for j in judged:
+            sha = judged_records.attempt_dump(j.check.path) if j.has_verdict else None
+            if sha is not None:
+                dumps.setdefault(case_id, set()).add(sha)
     digest = None if answer is None else identity_digest(case_dir / f"a-{answer:04d}")
-    if digest is not None:
+    if digest is not None and not run.judged:
         digests[f"{case_id}/a-{answer:04d}"] = digest
     for j in judged:
         attempt_id = j.check.attempt_id
@@ -243,6 +263,7 @@ def verify_run(run_dir: Path) -> VerifyReport:
         header = read_json(store.path / HEADER_NAME)
         run = _Run(sealed_rows(store.path), header if isinstance(header, dict) else {})
     digests: dict[str, str] = {}
+    dumps: dict[str, set[str]] = {}
     if cases_dir.is_symlink() or (cases_dir.exists() and not cases_dir.is_dir()):
         add(Finding("-", "-", "damaged", None, "cases is not a real directory"))
         return report
@@ -251,7 +272,7 @@ def verify_run(run_dir: Path) -> VerifyReport:
         if not is_safe_id(case_id) or case_dir.is_symlink() or not case_dir.is_dir():
             add(Finding(case_id, "-", "damaged", None, "case entry is not a real directory"))
             continue
-        found = _verify_case(store, case_dir, planned, run, digests)
+        found = _verify_case(store, case_dir, planned, run, digests, dumps)
         report.findings.extend(found)
         if any(f.status == "valid" for f in found):
             seen.add(case_id)
@@ -260,6 +281,9 @@ def verify_run(run_dir: Path) -> VerifyReport:
     split = identity_split(digests)
     if split is not None:  # what a resume refuses as artifacts.experiment_conflict
         add(Finding("-", "-", "damaged", None, split))
+    binding = judged_records.binding_problem(run.header, planned, dumps) if run.judged else None
+    if binding is not None:
+        add(Finding("-", "-", "damaged", None, binding))
     return report
 
 

@@ -29,19 +29,12 @@ def _object(path: Path) -> dict[str, Any]:
     return _mapping(read_bounded_json(path))
 
 
-def _judged_dump(attempt: Path) -> bool:
-    """An attempt ``xconf judge`` sealed: a dump another system scored, one identity each."""
-    actual = _object(attempt / "actual.json")
-    return "dump" in actual and "sides" not in _object(attempt / "materialized.json")
-
-
 def plan_row_problems(
     attempt: Path, row: Mapping[str, Any] | None, header: Mapping[str, Any]
 ) -> list[str]:
-    """How the attempt disagrees with its case's sealed plan row and the experiment header
-    (the attempt's own records were checked and are readable JSON objects)."""
-    if _judged_dump(attempt):
-        return []  # `xconf judge`: another system scored it, no plan of knobs applies
+    """How a scored attempt disagrees with its case's sealed plan row and the experiment
+    header (its own records were checked and are readable JSON objects; a judged dump's
+    rules are :mod:`xconf.judge.records`)."""
     requested = _object(attempt / "requested.json")
     problems = []
     if row is not None:
@@ -75,9 +68,7 @@ def plan_row_problems(
 
 
 def identity_digest(attempt: Path) -> str | None:
-    """The frozen identity an attempt scored (None for a judged dump: each has its own)."""
-    if _judged_dump(attempt):
-        return None
+    """The frozen identity a scored attempt scored (a judged dump is its own identity)."""
     digest = _object(attempt / "identity.json").get("sha256")
     return digest if isinstance(digest, str) else None
 

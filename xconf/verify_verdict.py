@@ -97,12 +97,14 @@ def _check_documents(path: Path, seal: Mapping[str, Any]) -> str | dict[str, Any
     return documents
 
 
-def check_verdict(path: Path, seal: Mapping[str, Any]) -> str | None:
-    """Re-judge a sealed attempt from its own tensors; the first disagreement, or None."""
+def check_verdict(path: Path, seal: Mapping[str, Any], *, judged: bool = False) -> str | None:
+    """Re-judge a sealed attempt from its own tensors; the first disagreement, or None.
+    ``judged``: the run's header says it is one of ``xconf judge``'s (where its identity
+    keeps the token table: :func:`~xconf.runtime.rederive.token_payload`)."""
     documents = _check_documents(path, seal)
     if isinstance(documents, str):
         return documents
-    payload = token_payload(documents["identity.json"])
+    payload = token_payload(documents["identity.json"], judged=judged)
     try:
         doc = read_bounded_json(path / COMPARISON_NAME)
         diffs = read_tensors(path / TOKEN_DIFFS_NAME)
@@ -161,15 +163,22 @@ def _check_recomputation(
     ):
         return f"threshold {threshold!r} in tensors, {stored_threshold!r} in comparison.json"
     contract = load_contract()
-    if (doc.get("contract") or {}).get("sha256") == contract.identity().get("sha256"):
-        try:
-            expected = contract.threshold_for(
-                str(doc.get("rollout_dtype")), str(doc.get("training_dtype"))
-            ).value
-        except XconfError:
-            return "comparison.json names dtypes the contract has no threshold for"
-        if verdict_threshold(expected, dtype) != threshold:
-            return f"threshold {threshold!r} is not the contract's {expected!r}"
+    named = doc.get("contract") if isinstance(doc.get("contract"), dict) else {}
+    if named != contract.identity():
+        # Only the contract this package ships can carry a verdict: the threshold of any
+        # other (a made-up one, or an older release's) cannot be re-derived here.
+        return (
+            f"comparison.json's contract {str(named)[:200]} is not the numerical contract this "
+            f"package ships ({contract.version}): its threshold cannot be re-derived"
+        )
+    try:
+        expected = contract.threshold_for(
+            str(doc.get("rollout_dtype")), str(doc.get("training_dtype"))
+        ).value
+    except XconfError:
+        return "comparison.json names dtypes the contract has no threshold for"
+    if verdict_threshold(expected, dtype) != threshold:
+        return f"threshold {threshold!r} is not the contract's {expected!r}"
     for side, score in scores.items():
         if "logprobs" not in score and payload is not None and payload.logprobs == TOKEN_DIFFS_NAME:
             continue  # a judged dump's logprobs are stored once, in token_diffs (identity.json)
@@ -199,12 +208,15 @@ def _check_recomputation(
 # dtypes now: any disagreement makes the attempt damaged and the case is scored again.
 
 
-def rejudge_attempt(path: Path, seal: Mapping[str, Any], threshold: float) -> str | None:
+def rejudge_attempt(
+    path: Path, seal: Mapping[str, Any], threshold: float, *, judged: bool = False
+) -> str | None:
     """Why the attempt's sealed verdict does not follow from its tensors; None if it does.
 
-    ``threshold`` is the contract's threshold for the case as the runner resolves it.
+    ``threshold`` is the contract's threshold for the case as the runner (or judge)
+    resolves it.
     """
-    problem = check_verdict(path, seal)
+    problem = check_verdict(path, seal, judged=judged)
     if problem is not None:
         return problem
     try:

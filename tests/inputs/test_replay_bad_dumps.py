@@ -188,6 +188,10 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
     positions[0] += 3
     pickle = root / "step.pt"
     pickle.write_bytes(b"\x80\x04 never opened")
+    # fourth campaign: zero-width responses (before: a broadcasting RuntimeError traceback)
+    none = torch.zeros((3, 0), dtype=torch.int64)
+    prompt_only = {"attention_mask": torch.ones((3, P), dtype=torch.int64), "response_mask": none}
+    prompt_only["position_ids"] = torch.arange(P).expand(3, P)
 
     def dump(name: str, **changes: torch.Tensor) -> str:
         return f"identity.dump={_save(root / f'{name}.safetensors', _batch(**changes))}"
@@ -213,6 +217,12 @@ def _bad_dumps(root: Path) -> list[tuple[str, list[str], str, str]]:
         ("tail", [dump("tail", input_ids=tail)], "identity.dump_response_not_at_end", "tail"),
         ("gaps", [dump("gaps", response_mask=gaps)], "identity.dump_mask_gaps", "gaps"),
         ("pos", [dump("pos", position_ids=positions)], "identity.dump_bad_positions", "pos"),
+        (
+            "zero_width",
+            [dump("zero_width", responses=none, **prompt_only)],
+            "identity.dump_empty",
+            "zero_width",
+        ),
         (
             "unknown_key",
             [dump("unknown_key"), "+identity.dump_keys.labels=x"],
@@ -240,3 +250,28 @@ def test_bad_dumps_exit_2_with_their_code_and_write_nothing(
         refused_in_process(monkeypatch, capsys, argv, code, named, name)
         assert not out.exists(), name
         assert snapshot(inputs) == before, name
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse_200_gb", "directory"])
+def test_a_dump_that_is_no_regular_file_is_refused_before_it_is_read(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fourth campaign: the dump is digested when the experiment is planned; a FIFO, a
+    directory or a 200 GB sparse file is refused there, unread (before: the sparse file was
+    hashed byte by byte, a FIFO said "does not exist")."""
+    import os
+
+    dump = tmp_path / "inputs" / "step.safetensors"
+    dump.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(dump)
+    elif kind == "directory":
+        dump.mkdir()
+    else:
+        with open(dump, "wb") as fh:
+            fh.truncate(200 << 30)
+    code = "identity.dump_too_large" if kind == "sparse_200_gb" else "identity.dump_unreadable"
+    monkeypatch.chdir(tmp_path)
+    argv = ["+experiment=s2_cpu", "identity=from_dump", f"identity.dump={dump}", "mode=plan"]
+    refused_in_process(monkeypatch, capsys, [*argv, "output_root=out"], code, "step", kind)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs"]

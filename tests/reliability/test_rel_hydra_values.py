@@ -81,3 +81,42 @@ def test_real_booleans_and_plain_values_still_plan(
         hydra_app.main()
     assert info.value.code == 0, capsys.readouterr().err
     assert (tmp_path / "o" / "cpu-smoke" / "experiment.json").is_file()
+
+
+# Fourth campaign: refusals the task (or a launcher) makes, after Hydra could have written.
+# Before: exit 2, but Hydra's run directory (outputs/DATE/TIME/.hydra) or the output root
+# with a published plan was left behind.
+TASK_REFUSALS: list[tuple[str, list[str], str, str]] = [
+    (
+        "empty_dump",
+        ["+experiment=s2_cpu", "identity=from_dump", "identity.dump=''", "mode=plan"],
+        "config.missing_key",
+        "identity.dump",
+    ),
+    (
+        "ray_connect_timeout",
+        [
+            "-m",
+            "batch.size=1,2",
+            "+experiment=cpu_smoke",
+            "allow_smoke_operators=true",
+            "hydra/launcher=xconf_ray",
+            "hydra.launcher.connect_timeout_s=-1",
+        ],
+        "launch.settings.invalid",
+        "connect_timeout_s",
+    ),
+]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in TASK_REFUSALS])
+def test_a_refusal_after_hydra_started_leaves_nothing(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, argv, code, where = next(c for c in TASK_REFUSALS if c[0] == name)
+    monkeypatch.chdir(tmp_path)
+    err = refused_in_process(monkeypatch, capsys, [*argv, "output_root=out"], code, where, name)
+    assert sorted(tmp_path.iterdir()) == [], (name, err)

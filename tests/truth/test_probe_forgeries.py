@@ -89,6 +89,17 @@ def _contract(run: Path, attempts: dict[str, Path]) -> None:
     edit_json(attempts[PASSING], "comparison.json", lambda d: d["contract"].update(version="1"))
 
 
+def _made_up_contract(run: Path, attempts: dict[str, Path]) -> None:
+    """Every record names another contract, experiment.json too: before, a contract the
+    package does not ship carried the verdict unchecked (its threshold was never compared)."""
+    made_up = {"version": "9999.1.0", "sha256": "0" * 64}
+    header = json.loads((run / "experiment.json").read_text())
+    header["contract"].update(made_up)
+    (run / "experiment.json").write_bytes(json_bytes(header))
+    for attempt in attempts.values():
+        edit_json(attempt, "comparison.json", lambda d: d["contract"].update(made_up))
+
+
 def _checkpoint(run: Path, attempts: dict[str, Path]) -> None:
     def edit(identity: dict[str, Any]) -> None:
         identity["checkpoint_id"] = "another-checkpoint"
@@ -120,6 +131,24 @@ def _judged_dtype(run: Path, attempts: dict[str, Path]) -> None:
     )
 
 
+def _dress(attempt: Path) -> None:
+    """A scored attempt dressed as a judged dump: a `dump` record added, the sides removed
+    (before, the checks of a scored attempt were skipped for it)."""
+    dump = {"file": "x.safetensors", "sha256": "0" * 64, "declared": {}, "source_dtypes": {}}
+    edit_json(attempt, "actual.json", lambda d: (d.update(dump=dump), d.pop("sides")))
+    edit_json(attempt, "materialized.json", lambda d: d.pop("sides"))
+
+
+def _dressed_other_case(run: Path, attempts: dict[str, Path]) -> None:
+    _other_case(run, attempts)
+    _dress(attempts[FAILING])
+
+
+def _dressed_judged_dtype(run: Path, attempts: dict[str, Path]) -> None:
+    _judged_dtype(run, attempts)
+    _dress(attempts[PASSING])
+
+
 Forgery = Callable[[Path, dict[str, Path]], None]
 # (forgery, what verify names, the case a resume must rescore; None: the resume refuses)
 FORGERIES: dict[str, tuple[Forgery, str, str | None]] = {
@@ -128,10 +157,18 @@ FORGERIES: dict[str, tuple[Forgery, str, str | None]] = {
     "plan-undeclared": (_undeclared, "declares baseline, but its knobs change", None),
     "requested-knob": (_requested, "requests 1, requested.json 3", PASSING),
     "other-case-attempt": (_other_case, "requested.json knobs differ", FAILING),
-    "comparison-contract": (_contract, "comparison.json contract version '1'", PASSING),
+    "comparison-contract": (_contract, "is not the numerical contract this package ships", PASSING),
+    "made-up-contract": (
+        _made_up_contract,
+        "is not the numerical contract this package ships",
+        None,
+    ),
     "identity-checkpoint": (_checkpoint, "scored on 2 frozen identities", None),
     "readback-dtype": (_readback, "with status 'applied'; that readback gives 'fallback'", PASSING),
     "judged-dtype": (_judged_dtype, "judges dtypes ['bfloat16', 'float32']", PASSING),
+    # fourth campaign: the kind of an attempt is its run's, never the attempt's own claim
+    "dressed-other-case": (_dressed_other_case, "not the layout of a scored attempt", FAILING),
+    "dressed-judged-dtype": (_dressed_judged_dtype, "not the layout of a scored attempt", PASSING),
 }
 
 

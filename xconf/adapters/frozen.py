@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
-from xconf.canonical import canonical_json
+from xconf.canonical import canonical_digest, canonical_json
 from xconf.experiment import Identity, ScoringMode
 from xconf.knobs import BATCH_SIZE
 
@@ -101,6 +101,46 @@ class FrozenBatch:
             rows["attention_mask"].append([1] * s.length + [0] * pad)
             rows["position_ids"].append(list(range(s.length)) + [0] * pad)
         return rows
+
+    def cache_bytes(self, key: str) -> bytes:
+        """The cached form of these samples under ``key`` (the digest of the recipe and the
+        checkpoint that produced them), sealed with the digest of its own content."""
+        content = self._content()
+        doc = {"key": key, "sha256": canonical_digest(content), **content}
+        return json.dumps(doc).encode()
+
+    def _content(self) -> dict[str, Any]:
+        return {
+            "prompt_ids": [list(s.prompt_ids) for s in self.samples],
+            "response_ids": [list(s.response_ids) for s in self.samples],
+            "pad_token_id": self.pad_token_id,
+        }
+
+    @classmethod
+    def from_cache(cls, data: bytes, key: str, vocab_size: int) -> FrozenBatch | None:
+        """Samples cached by :meth:`cache_bytes` under exactly ``key``, every id inside the
+        checkpoint's vocabulary and the content the digest it records; None (sample again)
+        for anything else: a file of another recipe or checkpoint, or one rewritten."""
+        from xconf.artifacts.layout import parse_json
+        from xconf.errors import ArtifactError
+
+        try:
+            doc = parse_json(data, "frozen tokens")
+            batch = cls(
+                tuple(
+                    FrozenSample(tuple(int(t) for t in p), tuple(int(t) for t in r))
+                    for p, r in zip(doc["prompt_ids"], doc["response_ids"], strict=True)
+                ),
+                int(doc["pad_token_id"]),
+            )
+        except (ArtifactError, IdentityViolationError, KeyError, TypeError, ValueError):
+            return None
+        ids = [t for s in batch.samples for t in s.token_ids]
+        if doc.get("key") != key or doc.get("sha256") != canonical_digest(batch._content()):
+            return None
+        if not all(0 <= t < vocab_size for t in ids) or not 0 <= batch.pad_token_id < vocab_size:
+            return None
+        return batch
 
     @classmethod
     def from_identity(cls, identity: Identity) -> FrozenBatch:

@@ -110,6 +110,12 @@ def _ids(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], where: st
             f"{where}:{keys['responses']}",
         )
     width = responses.shape[1]
+    if width == 0 or responses.shape[0] == 0:
+        raise _fail(
+            "dump_empty",
+            f"'{keys['responses']}' is {tuple(responses.shape)}: no response token to replay",
+            f"{where}:{keys['responses']}",
+        )
     if input_ids is None and prompts is not None:
         if prompts.shape[0] != responses.shape[0]:
             raise _fail(

@@ -55,6 +55,8 @@ PAYLOAD_FILES = (
 )
 # Results a resume runs again: an attempt with one of them gives its case no verdict.
 NON_REUSABLE_RESULTS = frozenset({"error"})
+# experiment.json's scenario level of a run of `xconf judge` (dumps another system scored).
+JUDGED_LEVEL = "judge"
 
 _ATTEMPT = re.compile(r"a-(\d{1,9})")
 # The staging file of an interrupted publication (safe_io.publish_bytes): never an attempt.
@@ -70,6 +72,13 @@ MAX_BYTES = {
     **{name: 1024 * MIB for name in (*SCORE_FILES.values(), TOKEN_DIFFS_NAME)},
 }
 UNBOUNDED = 1 << 62  # for files outside a run (model weights): the digest has no size bound
+# What one input (a dump, a prompt file) may make xconf allocate: declared sizes are checked
+# against it before anything is allocated. XCONF_MAX_INPUT_BYTES sets another.
+INPUT_BUDGET = 8 << 30
+# What a compressed input (an npz, a Parquet file) may decode to: at least DECODED_FLOOR
+# (XCONF_MAX_DECODED_BYTES sets another), or DECODED_RATIO times its own bytes.
+DECODED_FLOOR = 1 << 30
+DECODED_RATIO = 16
 MAX_PLAN_LINE = 1 * MIB
 MAX_JSON_DEPTH = 64
 _DEFAULT_MAX = 32 * MIB
@@ -89,6 +98,30 @@ def attempt_number(name: str) -> int | None:
 
 def is_stale_temp(name: str) -> bool:
     return _STALE_TEMP.fullmatch(name) is not None
+
+
+def input_budget() -> int:
+    """Bytes one input may make xconf allocate (:data:`INPUT_BUDGET`, or
+    ``$XCONF_MAX_INPUT_BYTES``)."""
+    value = os.environ.get("XCONF_MAX_INPUT_BYTES", "")
+    return int(value) if value.isdigit() and int(value) > 0 else INPUT_BUDGET
+
+
+def decoded_budget(size: int) -> int:
+    """Bytes a compressed input of ``size`` bytes may decode to, never above the input
+    budget: a 2 MB archive of deflated zeros declaring 2 GiB, or a 15 KB Parquet file of
+    run-length-encoded zeros declaring 3 GB, is a bomb; real logprobs compress a few times."""
+    value = os.environ.get("XCONF_MAX_DECODED_BYTES", "")
+    floor = int(value) if value.isdigit() and int(value) > 0 else DECODED_FLOOR
+    return min(input_budget(), max(floor, DECODED_RATIO * size))
+
+
+def judged_run(header: Any) -> bool:
+    """Whether the run whose ``experiment.json`` is ``header`` holds judged dumps: the kind
+    of every attempt is the run's, never what an attempt's own records claim (a scored
+    attempt dressed as a dump stays a scored attempt, and is checked as one)."""
+    scenario = header.get("scenario") if isinstance(header, dict) else None
+    return isinstance(scenario, dict) and scenario.get("level") == JUDGED_LEVEL
 
 
 def max_bytes(name: str) -> int:
@@ -131,27 +164,53 @@ def open_regular(path: Path, limit: int | None = None, *, follow: bool = False) 
         os.close(fd)
 
 
-def read_regular(path: Path, limit: int | None = None) -> bytes | None:
-    """The bytes of a bounded regular file, None if absent; anything else is coded."""
+def read_regular(path: Path, limit: int | None = None, *, follow: bool = False) -> bytes | None:
+    """The bytes of a bounded regular file, None if absent; anything else is coded.
+    ``follow`` only for files outside a run (a model snapshot may be a symlink farm)."""
     try:
-        with open_regular(path, limit) as fd:
-            limit = max_bytes(path.name) if limit is None else limit
-            # The whole file in one read when it has not grown since fstat: one buffer,
-            # returned as is (the join of one chunk copies nothing), not twice its size.
-            expected = os.fstat(fd).st_size
-            chunks, total = [], 0
-            while chunk := os.read(fd, min(limit + 1 - total, max(MIB, expected + 1 - total))):
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > limit:  # the file grew after fstat
-                    raise ArtifactError(
-                        "artifacts.too_large", f"{path.name} grew past {limit} bytes", str(path)
-                    )
-            return b"".join(chunks)
+        with open_regular(path, limit, follow=follow) as fd:
+            return _read_all(fd, path, max_bytes(path.name) if limit is None else limit)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ArtifactError("artifacts.io", f"cannot read {path}: {exc}", str(path)) from None
+
+
+def _read_all(fd: int, path: Path, limit: int) -> bytes:
+    # The whole file in one read when it has not grown since fstat: one buffer, returned as
+    # is (the join of one chunk copies nothing), not twice its size.
+    expected = os.fstat(fd).st_size
+    chunks, total = [], 0
+    while chunk := os.read(fd, min(limit + 1 - total, max(MIB, expected + 1 - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:  # the file grew after fstat
+            raise ArtifactError(
+                "artifacts.too_large", f"{path.name} grew past {limit} bytes", str(path)
+            )
+    return b"".join(chunks)
+
+
+def owned_privately(st: os.stat_result) -> bool:
+    """Owned by this user and writable by neither group nor others: nobody else could have
+    written it."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def read_cache_entry(path: Path, limit: int) -> bytes | None:
+    """A cache entry xconf wrote (a file digest, frozen tokens): its bytes when the file and
+    its directory are the user's own (:func:`owned_privately`), else None, as if absent:
+    what another user could have written is never believed, the entry is rebuilt."""
+    try:
+        folder = os.stat(path.parent)
+        if not stat.S_ISDIR(folder.st_mode) or not owned_privately(folder):
+            return None
+        with open_regular(path, limit) as fd:
+            if not owned_privately(os.fstat(fd)):
+                return None
+            return _read_all(fd, path, limit)
+    except (OSError, ArtifactError):
+        return None
 
 
 def sha256_file(path: Path, limit: int | None = None, *, follow: bool = False) -> str:
@@ -216,14 +275,37 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def parse_json(data: bytes, what: str, path: str | None = None) -> Any:
-    """Parse JSON bytes, bounded in depth; ``artifacts.malformed`` for anything bad.
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose every key appears once: a key given twice means two things (a
+    safetensors header naming a tensor twice was read from the last of the two)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
+def parse_json(data: bytes | bytearray | memoryview, what: str, path: str | None = None) -> Any:
+    """Parse JSON bytes, bounded in depth, every key of an object once; ``artifacts.malformed``
+    (``artifacts.too_deep``, ``artifacts.duplicate_key``) for anything bad.
 
     A document nested past the interpreter's recursion limit raises RecursionError inside
     the parser: it is caught here and never escapes.
     """
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_unique)
+    except _DuplicateKey as exc:
+        key = str(exc)[:200]
+        raise ArtifactError(
+            "artifacts.duplicate_key", f"{what} holds the key {key!r} twice", path
+        ) from None
     except RecursionError:
         raise ArtifactError(
             "artifacts.too_deep", f"{what} is nested deeper than {MAX_JSON_DEPTH}", path
@@ -239,9 +321,9 @@ def parse_json(data: bytes, what: str, path: str | None = None) -> Any:
     return value
 
 
-def read_json(path: Path, limit: int | None = None) -> Any:
+def read_json(path: Path, limit: int | None = None, *, follow: bool = False) -> Any:
     """A bounded regular JSON file; ``artifacts.missing`` when absent."""
-    data = read_regular(path, limit)
+    data = read_regular(path, limit, follow=follow)
     if data is None:
         raise ArtifactError("artifacts.missing", f"{path.name} is missing", str(path))
     return parse_json(data, path.name, str(path))

@@ -15,7 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import HEADER_NAME, PLAN_NAME, read_plan_lines, read_regular
+from xconf.artifacts.layout import (
+    HEADER_NAME,
+    PLAN_NAME,
+    parse_json,
+    read_plan_lines,
+    read_regular,
+)
 from xconf.errors import ArtifactError
 
 PLAN_DIGEST_KEY = "plan_sha256"
@@ -41,8 +47,8 @@ def plan_seal_problem(experiment_dir: Path) -> str | None:
     if header_bytes is None:
         return "experiment.json is missing"
     try:
-        header = json.loads(header_bytes.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        header = parse_json(header_bytes, HEADER_NAME)
+    except ArtifactError:
         return "experiment.json does not parse"
     sealed = header.get(PLAN_DIGEST_KEY) if isinstance(header, dict) else None
     if not isinstance(sealed, str):

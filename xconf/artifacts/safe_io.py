@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from xconf.artifacts.layout import StreamDigest, attempt_name, attempt_number, sha256_file
+from xconf.artifacts.layout import (
+    StreamDigest,
+    attempt_name,
+    attempt_number,
+    owned_privately,
+    sha256_file,
+)
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
 
@@ -224,6 +230,22 @@ def write_file(path: Path, data: bytes) -> None:
         publish_bytes(directory, path.name, data, replace=True)
     finally:
         directory.close()
+
+
+def write_cache_entry(path: Path, data: bytes) -> bool:
+    """Write a cache entry (``write_file``) into a directory that is the user's own, created
+    ``0700`` when missing; False, and nothing written, when the directory is another's or
+    writable by others (its entries would never be believed:
+    :func:`~xconf.artifacts.layout.read_cache_entry`) or cannot be written (a read-only
+    cache, a full disk): an unusable cache costs time, never correctness."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not owned_privately(os.stat(path.parent)):
+            return False
+        write_file(path, data)
+    except (OSError, ArtifactError):
+        return False
+    return True
 
 
 def _open_append(target: Dir, name: str, *, readable: bool, replace_link: bool) -> int:

@@ -93,6 +93,10 @@ class HydraTask:
         raw = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
         overrides = [str(o) for o in raw] if isinstance(raw, list) else []
         self.outcome = _outcome(cfg, overrides, choice)
+        if self.outcome.exit_code == EXIT_INVALID:  # a refusal writes nothing, Hydra's dir too
+            from xconf.cli.hydra_checks import discard_run_dir
+
+            discard_run_dir(hydra_cfg.runtime.output_dir, hydra_cfg.job.name)
         return self.outcome.exit_code
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import UNBOUNDED, sha256_file
+from xconf.artifacts.layout import input_budget, sha256_file
 from xconf.errors import ArtifactError, ConfigError
 
 DUMP_KIND = "from_dump"
@@ -70,12 +70,16 @@ def dump_recipe(dump: Any, dump_keys: Any, recipe: Mapping[str, Any]) -> dict[st
             "identity.dump",
         )
     path = Path(dump).expanduser().resolve()
-    if not path.is_file():
+    if not path.exists():  # anything else but a regular file is refused by the digest's open
         raise ConfigError("identity.dump_missing", f"dump file {path} does not exist", str(path))
     try:
-        # The same digest as judge's (xconf/judge/formats.py read_once): the whole file's.
-        digest = sha256_file(path, limit=UNBOUNDED, follow=True)
-    except (ArtifactError, OSError) as exc:
+        # The same digest as judge's (xconf/judge/formats.py read_once): the whole file's,
+        # of a regular file within the one input budget (a 200 GB file is refused unread).
+        digest = sha256_file(path, limit=input_budget(), follow=True)
+    except ArtifactError as exc:
+        code = "identity.dump_too_large" if exc.code == "artifacts.too_large" else None
+        raise ConfigError(code or "identity.dump_unreadable", exc.message, str(path)) from exc
+    except OSError as exc:
         raise ConfigError("identity.dump_unreadable", str(exc), str(path)) from exc
     if recipe.get("sha256") not in (None, digest):
         raise ConfigError(

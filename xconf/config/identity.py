@@ -111,7 +111,10 @@ def parse_identity(node: Any) -> Identity:
     if any(node.get(k) is not None for k in DUMP_FIELDS) or (
         isinstance(recipe_node, Mapping) and recipe_node.get("kind") == DUMP_KIND
     ):
-        recipe_node = dump_recipe(node.get("dump"), node.get("dump_keys"), recipe_node or {})
+        # A frozen identity (identity.json of a replayed run) names its dump in the recipe.
+        frozen_dump = recipe_node.get("dump") if isinstance(recipe_node, Mapping) else None
+        dump = node.get("dump") if node.get("dump") is not None else frozen_dump
+        recipe_node = dump_recipe(dump, node.get("dump_keys"), recipe_node or {})
     recipe = _json_field(recipe_node, "recipe")
     rows = {field: _rows(node.get(field, []), field) for field in TOKEN_FIELDS}
     if recipe == "{}":

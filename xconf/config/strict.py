@@ -59,6 +59,7 @@ SIDES = ("rollout", "training")
 # No experiment needs more: the deepest legitimate node (an operator option, an identity token)
 # sits five levels down. Checked iteratively before any recursive walk of the document.
 MAX_DEPTH = 32
+MAX_EXPERIMENT_BYTES = 64 << 20  # an experiment file larger than this is no experiment
 
 
 def reject_deep_nesting(node: Any) -> None:
@@ -366,11 +367,18 @@ def parse_experiment(document: Any, *, require_schema_version: bool = True) -> E
 
 def load_experiment_file(path: str | Path) -> ExperimentSpec:
     """Load a v1 JSON experiment strictly (duplicate keys and NaN literals are refused)."""
+    from xconf.artifacts.layout import read_regular
+    from xconf.errors import ArtifactError
+
     file = Path(path)
-    try:
-        text = file.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("config.unreadable", f"cannot read {file}: {exc}", str(file)) from exc
+    try:  # a regular file, bounded: a FIFO or a device is refused, never waited on
+        data = read_regular(file, MAX_EXPERIMENT_BYTES, follow=True)
+        if data is None:
+            raise FileNotFoundError(f"no such file: {file}")
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, ArtifactError) as exc:
+        message = exc.message if isinstance(exc, ArtifactError) else str(exc)
+        raise ConfigError("config.unreadable", f"cannot read {file}: {message}", str(file)) from exc
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}

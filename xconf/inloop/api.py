@@ -26,7 +26,8 @@ detached and copied to the CPU once.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,25 @@ IN_LOOP = "in-loop: tensors given by the caller"
 
 
 class InloopError(XconfError):
-    """Tensors that cannot be judged (shape, dtype, unknown dtype name)."""
+    """Tensors that cannot be judged (shape, dtype, unknown dtype name), or anything else
+    that went wrong in the in-loop API: the only exception it raises (a judge or correction
+    error keeps its own code), so a training loop catches one type."""
+
+
+@contextmanager
+def inloop_errors(where: str) -> Iterator[None]:
+    """Every failure inside the in-loop API as an :class:`InloopError`: a coded error keeps
+    its code and path, anything else (a tensor library's own error on an odd tensor, an
+    ``OSError``) is ``inloop.failed`` naming ``where``. A context manager, and a decorator
+    of every entry point (``@inloop_errors("seal_step")``)."""
+    try:
+        yield
+    except InloopError:
+        raise
+    except XconfError as exc:
+        raise InloopError(exc.code, exc.message, exc.path) from exc
+    except Exception as exc:
+        raise InloopError("inloop.failed", f"{type(exc).__name__}: {exc}", where) from exc
 
 
 @dataclass(frozen=True)
@@ -76,20 +95,35 @@ class BatchVerdict:
         return self.result == "pass"
 
 
-def _tensor(value: Any, name: str) -> torch.Tensor:
+def host_tensor(value: Any, name: str) -> torch.Tensor:
+    """A dense, contiguous CPU copy of ``value`` in its own dtype: the figures are computed
+    on the very layout a sealed step's dump holds (a strided view's reductions would sum in
+    another order). Sparse, nested, quantized and meta tensors are coded refusals."""
     if not isinstance(value, torch.Tensor):
         try:
             value = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InloopError("inloop.not_a_tensor", f"{name}: {exc}", name) from exc
-    tensor = value.detach()
+    if value.is_nested or value.layout != torch.strided or value.is_quantized:
+        layout = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
+        layout = "quantized" if value.is_quantized else layout
+        raise InloopError(
+            "inloop.not_dense", f"{name} is a {layout} tensor; pass a dense one", name
+        )
+    if value.is_meta:
+        raise InloopError("inloop.no_data", f"{name} is a meta tensor: it holds no values", name)
+    return value.detach().cpu().contiguous()
+
+
+def _tensor(value: Any, name: str) -> torch.Tensor:
+    tensor = host_tensor(value, name)
     if tensor.dim() == 1:
         tensor = tensor.unsqueeze(0)
     if tensor.dim() != 2:
         raise InloopError(
             "inloop.bad_shape", f"{name} must be [B, T], got {tuple(tensor.shape)}", name
         )
-    return tensor.cpu()
+    return tensor
 
 
 def check_tensors(
@@ -185,6 +219,7 @@ def in_memory_case(
     return resolve_dtypes(dump, None, rollout_dtype, training_dtype, correction)
 
 
+@inloop_errors("judge_batch")
 def judge_batch(
     rollout_log_probs: Any,
     old_log_probs: Any,
@@ -200,9 +235,10 @@ def judge_batch(
     pick the threshold; the tensors' own dtype may differ, e.g. float32 copies of bfloat16
     scores). ``correction``: verl's IS/RS settings (``xconf.rollout_correction.Correction``)
     for its importance-weight figures. Bad tensors raise :class:`InloopError`, a dtype the
-    contract does not know ``JudgeError``, bad IS/RS settings ``CorrectionError``, all
-    coded; the verdict itself never raises: non-finite active scores are
-    ``invalid_artifact``, an empty mask ``zero_active_tokens``.
+    contract does not know ``judge.unknown_dtype``, bad IS/RS settings their correction
+    code, all as :class:`InloopError`; the verdict itself never raises: non-finite active scores are
+    ``invalid_artifact``, an empty mask ``zero_active_tokens``. Whatever goes wrong is an
+    :class:`InloopError` (a judge or correction error keeps its code).
     """
     from xconf.judge.seal import verdict
 
@@ -210,7 +246,7 @@ def judge_batch(
     if correction is not None:  # checked now: inside the verdict a bad one would only be noted
         from xconf.rollout_correction import check_correction
 
-        check_correction(correction)  # a coded CorrectionError, as judge raises it
+        check_correction(correction)  # its code, as judge raises it
     case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
     _, _, outcome = verdict(case)
     document = dict(outcome.document)

@@ -28,6 +28,7 @@ from xconf.judge.formats import (
     PICKLE_SUFFIXES,
     Column,
     JudgeError,
+    Parsed,
     parse_dump,
 )
 
@@ -47,6 +48,26 @@ class Keys:
 
     def wanted(self) -> set[str]:
         return {self.rollout, self.training, self.mask, self.responses, self.input_ids}
+
+    def check(self, where: str) -> None:
+        """Each key names its own tensor: ``--rollout-key`` and ``--training-key`` naming one
+        tensor would judge it against itself (a pass that compared nothing)."""
+        named: dict[str, str] = {}
+        for role, key in (
+            ("rollout", self.rollout),
+            ("training", self.training),
+            ("mask", self.mask),
+            ("responses", self.responses),
+            ("input_ids", self.input_ids),
+        ):
+            if key in named:
+                raise JudgeError(
+                    "judge.same_key",
+                    f"the {named[key]} and {role} keys both name '{key}': each side is its "
+                    "own tensor",
+                    f"{where}:{key}",
+                )
+            named[key] = role
 
 
 @dataclass(frozen=True)
@@ -134,7 +155,13 @@ def _same_lengths(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def load_dump(name: str, file: str | Path, keys: Keys) -> Dump:
     path = Path(file).expanduser()
-    parsed = parse_dump(path, keys.wanted())
+    keys.check(str(path))
+    return dump_of(name, path, parse_dump(path, keys.wanted()), keys)
+
+
+def dump_of(name: str, path: Path, parsed: Parsed, keys: Keys) -> Dump:
+    """The checked case of a parsed dump (``load_dump``'s checks, for tensors already in
+    memory too: the in-loop API checks a step's tensors before it writes their dump)."""
     where = str(path)
     columns = parsed.columns
     for key in (keys.rollout, keys.training):

@@ -14,11 +14,7 @@ refused before the file is opened.
 
 from __future__ import annotations
 
-import io
-import json
-import math
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,13 +23,21 @@ from typing import Any
 
 import torch
 
-from xconf.artifacts.layout import UNBOUNDED, StreamDigest, open_regular
+from xconf.artifacts.columnar import npz_arrays, parquet_table
+from xconf.artifacts.layout import (
+    UNBOUNDED,
+    StreamDigest,
+    decoded_budget,
+    input_budget,
+    open_regular,
+    parse_json,
+)
+from xconf.artifacts.safetensors_header import Entry, Header, header_length, parse_header
 from xconf.errors import ArtifactError, XconfError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt", ".joblib")
 SUFFIXES = (".safetensors", ".npz", ".parquet", ".jsonl")
 META_KEYS = ("dtype", "rollout_dtype", "training_dtype")  # string entries a dump may declare
-MAX_HEADER = 100 << 20  # a safetensors header (JSON) larger than this is not a dump
 EXPORT_HINT = (
     "export the tensors once with safetensors instead:\n"
     "    from safetensors.torch import save_file\n"
@@ -124,6 +128,7 @@ def _allocated(size: int, path: Path) -> bytearray:
 def read_once(path: Path) -> tuple[bytearray, str]:
     """The whole file from one descriptor, and the SHA-256 of exactly those bytes."""
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
+        _within_budget(size, path, "the file's bytes")
         buffer = _allocated(size, path)
         _read_into(fd, memoryview(buffer), digest, path)  # each chunk hashed as the next is read
         _at_end(fd, path)
@@ -149,30 +154,18 @@ def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
     of the file digested as it is read."""
     where = str(path)
     with _dump_file(path) as (fd, size), StreamDigest() as digest:
-        if size < 8:
-            raise JudgeError("judge.unreadable", "shorter than a safetensors header", where)
+        _within_budget(size, path, "the file's bytes")  # every one is read and digested
         prefix = bytearray(8)
-        _read_into(fd, memoryview(prefix), digest, path)
-        (length,) = struct.unpack_from("<Q", prefix, 0)
-        if length > min(MAX_HEADER, size - 8):
-            raise JudgeError(
-                "judge.unreadable", f"safetensors header length {length} runs past the file", where
-            )
-        text = _allocated(length, path)
-        _read_into(fd, memoryview(text), digest, path)
-        try:
-            header = json.loads(bytes(text).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise JudgeError("judge.unreadable", f"safetensors header: {exc}", where) from None
-        if not isinstance(header, dict):
-            raise JudgeError("judge.unreadable", "safetensors header is not an object", where)
-        raw_meta = header.pop("__metadata__", None) or {}
-        meta = {str(k): str(v) for k, v in raw_meta.items()} if isinstance(raw_meta, dict) else {}
-        names, data = set(header), size - 8 - length
+        if size >= 8:
+            _read_into(fd, memoryview(prefix), digest, path)
+        header = _st_header(fd, prefix, size, wanted, digest, path)
+        meta, names, data = header.metadata, set(header.names), size - 8 - header.length
         entries = sorted(
-            (_st_entry(name, header[name], data, where) for name in names & wanted),
+            ((e.name, _st_dtype(e, where), list(e.shape), e.begin, e.end)
+             for e in header.entries.values()),
             key=lambda entry: (entry[3], entry[4]),
-        )
+        )  # fmt: skip
+        _within_budget(sum(e.nbytes for e in header.entries.values()), path, "its tensors")
         columns: dict[str, Column] = {}
         position = 0
         for name, dtype, shape, begin, end in entries:
@@ -189,41 +182,43 @@ def read_safetensors(path: Path, wanted: set[str]) -> Parsed:
         return Parsed(digest.hexdigest(), size, columns, meta, frozenset(names))
 
 
-def _ints(value: Any) -> list[int] | None:
-    """``value`` if it is a list of non-negative ints (JSON booleans excluded), else None."""
-    if not isinstance(value, list):
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        return None
-    return value
+def _st_header(
+    fd: int, prefix: bytearray, size: int, wanted: set[str], digest: StreamDigest, path: Path
+) -> Header:
+    """The header after the 8-byte prefix, read (and digested) and checked by the one
+    safetensors header parser: a name given twice, a shape such as ``[0, 2**70]``, offsets
+    past the data are ``judge.unreadable``, an unknown dtype ``judge.bad_dtype``."""
+    where = str(path)
+    try:
+        length = header_length(bytes(prefix), size, where)
+        text = _allocated(length, path)
+        _read_into(fd, memoryview(text), digest, path)
+        return parse_header(text, size - 8 - length, where, only=wanted)
+    except ArtifactError as exc:
+        code = "judge.bad_dtype" if exc.code == "safetensors.dtype" else "judge.unreadable"
+        raise JudgeError(code, f"safetensors header: {exc.message}", exc.path or where) from None
 
 
-def _st_entry(
-    name: str, info: Any, data: int, where: str
-) -> tuple[str, torch.dtype, list[int], int, int]:
-    """(name, dtype, shape, begin, end) of a header entry, checked against the data section."""
-    here = f"{where}:{name}"
-    if not isinstance(info, dict):
-        raise JudgeError("judge.unreadable", f"header entry '{name}' is not an object", here)
-    dtype = ST_DTYPES.get(str(info.get("dtype")))
+def _st_dtype(entry: Entry, where: str) -> torch.dtype:
+    dtype = ST_DTYPES.get(entry.dtype)
     if dtype is None:
         raise JudgeError(
-            "judge.bad_dtype", f"'{name}' has dtype {info.get('dtype')!r}; not judged", here
-        )
-    shape, offsets = _ints(info.get("shape")), _ints(info.get("data_offsets"))
-    if shape is None or offsets is None or len(offsets) != 2:
-        raise JudgeError("judge.unreadable", f"'{name}' has a malformed shape or offsets", here)
-    begin, end = offsets
-    numel = math.prod(shape)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if not begin <= end <= data or end - begin != numel * itemsize:
+            "judge.bad_dtype", f"'{entry.name}' has dtype {entry.dtype!r}; not judged",
+            f"{where}:{entry.name}",
+        )  # fmt: skip
+    return dtype
+
+
+def _within_budget(nbytes: int, path: Path, what: str) -> None:
+    """What the dump makes judge read or allocate (``what``: the file, its tensors), checked
+    before a byte of it is read or allocated."""
+    if nbytes > input_budget():
         raise JudgeError(
-            "judge.unreadable",
-            f"'{name}' claims {numel} x {itemsize} bytes at [{begin}, {end}) of a {data}-byte "
-            "data section",
-            here,
+            "judge.too_large",
+            f"{path.name}: {what} take {nbytes} bytes, more than the {input_budget()} one "
+            "input may take (XCONF_MAX_INPUT_BYTES)",
+            str(path),
         )
-    return name, dtype, shape, begin, end
 
 
 def _npz(buffer: bytearray, wanted: set[str], where: str) -> Read:
@@ -231,15 +226,39 @@ def _npz(buffer: bytearray, wanted: set[str], where: str) -> Read:
 
     columns: dict[str, Column] = {}
     meta: dict[str, str] = {}
-    with np.load(io.BytesIO(buffer), allow_pickle=False) as npz:
-        for key in npz.files:
-            arr = npz[key]
-            if arr.dtype.kind in "US":
-                meta[key] = str(arr.reshape(-1)[0]) if arr.size else ""
-            elif key in wanted:
-                columns[key] = Column(torch.from_numpy(np.ascontiguousarray(arr)))
-        names = set(npz.files)
-    return columns, meta, names
+    arrays = _bounded(lambda: npz_arrays(buffer, where, decoded_budget(len(buffer))), where)
+    for key, arr in arrays.items():
+        if arr.dtype.kind in "US":
+            meta[key] = str(arr.reshape(-1)[0])[:200] if arr.size else ""
+        elif key in wanted:
+            columns[key] = Column(torch.from_numpy(np.ascontiguousarray(_numeric(arr, key, where))))
+    return columns, meta, set(arrays)
+
+
+def _numeric(arr: Any, key: str, where: str) -> Any:
+    """An array torch computes with: unsigned ids wider than a byte (uint16/32/64) as int64
+    (a uint64 above 2**63 - 1 is refused); anything but booleans, integers and floats is
+    ``judge.bad_dtype``."""
+    import numpy as np
+
+    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:
+        if arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            raise JudgeError("judge.bad_value", f"'{key}' holds ids above 2**63 - 1", where)
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and arr.dtype.itemsize > 8):
+        raise JudgeError(
+            "judge.bad_dtype", f"'{key}' holds {arr.dtype}; not judged", f"{where}:{key}"
+        )
+    return arr
+
+
+def _bounded(read: Any, where: str) -> Any:
+    """A bounded columnar read (:mod:`xconf.artifacts.columnar`) with judge's codes."""
+    try:
+        return read()
+    except ArtifactError as exc:
+        code = "judge.too_large" if exc.code == "columnar.too_large" else "judge.unreadable"
+        raise JudgeError(code, exc.message, where) from None
 
 
 def _pad(flat: Any, lengths: Any, name: str, where: str) -> Column:
@@ -276,7 +295,9 @@ def _parquet(buffer: bytearray, wanted: set[str], where: str) -> Read:
         if f.name in META_KEYS and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
     ]
     lists = [f.name for f in schema if f.name in wanted]
-    table = source.read(columns=sorted(set(strings) | set(lists)))
+    names = sorted(set(strings) | set(lists))
+    budget = decoded_budget(len(buffer))
+    table = _bounded(lambda: parquet_table(buffer, names, where, budget), where)
     meta = {}
     for name in strings:
         first = table.column(name).slice(0, 1).to_pylist()
@@ -317,12 +338,10 @@ def _jsonl(buffer: bytearray, wanted: set[str], where: str) -> Read:
     for number, line in enumerate(bytes(buffer).split(b"\n"), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise JudgeError(
-                "judge.unreadable", f"line {number} is not JSON: {exc}", f"{where}:{number}"
-            ) from None
+        try:  # bounded in depth, every key once (a row naming old_log_probs twice is refused)
+            record = parse_json(line, f"line {number}", f"{where}:{number}")
+        except ArtifactError as exc:
+            raise JudgeError("judge.unreadable", exc.message, f"{where}:{number}") from None
         if not isinstance(record, dict):
             raise JudgeError(
                 "judge.unreadable", f"line {number} is not an object", f"{where}:{number}"

@@ -10,6 +10,7 @@ while it was judged), and ``materialized.json`` says the engines were not observ
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -17,24 +18,30 @@ from typing import Any
 
 import torch
 
-from xconf.artifacts.store import ExperimentStore, read_json
-from xconf.canonical import canonical_digest, canonical_json
-from xconf.case_documents import TENSOR_SCHEMA
+from xconf.artifacts.layout import JUDGED_LEVEL
+from xconf.artifacts.store import AttemptCheck, ExperimentStore, read_json
+from xconf.canonical import canonical_json
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
 from xconf.experiment import PLAN_SCHEMA, Identity, is_safe_id
 from xconf.judge.dumps import Dump, JudgeError
-from xconf.knobs import ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
+from xconf.judge.records import (
+    DTYPE_PATHS,
+    EXTERNAL,
+    JUDGE_VERSION,
+    PLAN_KIND,
+    RECIPE_KIND,
+    RUNTIME_KIND,
+    attempt_problems,
+    choose_dtype,
+    dumps_digest,
+    execution_key,
+)
 from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
 
-# v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
-# payloads in safetensors only, verl's figures in the dumped dtype. v3: every per-token
-# payload once: one token table (score_rollout.safetensors; token ids int32 when they fit),
-# the logprobs in token_diffs alone.
-JUDGE_VERSION = "xconf-judge.v3"
-RUNTIME_KIND = "judge"
+__all__ = ["JUDGE_VERSION", "RUNTIME_KIND", "JudgedCase", "judge_cases", "resolve_dtypes"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class JudgedCase:
     rollout_dtype: str
     training_dtype: str
     correction: Correction | None = None
+    # where each dtype came from ("given", "file:dtype", ...): actual.json records it, and
+    # verify re-derives the threshold from it (xconf.judge.records.derived_dtypes)
+    dtype_sources: tuple[tuple[str, str], ...] = (("rollout", "given"), ("training", "given"))
 
     @property
     def case_id(self) -> str:
@@ -58,15 +68,18 @@ def resolve_dtypes(
 ) -> JudgedCase:
     """Command line first, then the file's own ``dtype`` keys; never a silent default."""
     declared = dict(dump.declared)
-    roll = rollout_dtype or dtype or declared.get("rollout_dtype") or declared.get("dtype")
-    train = training_dtype or dtype or declared.get("training_dtype") or declared.get("dtype")
-    if roll is None or train is None:
+    chosen = {
+        "rollout": choose_dtype("rollout", rollout_dtype or dtype, declared),
+        "training": choose_dtype("training", training_dtype or dtype, declared),
+    }
+    if chosen["rollout"] is None or chosen["training"] is None:
         raise JudgeError(
             "judge.no_dtype",
             "no dtype to pick the threshold: pass --dtype (or --rollout-dtype/--training-dtype) "
             "or store a 'dtype' key in the file",
             dump.path,
         )
+    (roll, roll_from), (train, train_from) = chosen["rollout"], chosen["training"]
     contract = load_contract()
     for side, value in (("rollout", roll), ("training", train)):
         if value not in contract.thresholds:
@@ -81,7 +94,8 @@ def resolve_dtypes(
             f"case name {dump.name!r} is not a safe id ([A-Za-z0-9._-]); use --case NAME=FILE",
             dump.path,
         )
-    return JudgedCase(dump, roll, train, correction)
+    sources = (("rollout", roll_from), ("training", train_from))
+    return JudgedCase(dump, roll, train, correction, sources)
 
 
 # Each per-token payload of a judged attempt is stored once (xconf.runtime.rederive reads
@@ -123,7 +137,7 @@ def _identity(case: JudgedCase) -> Identity:
         scoring_mode="decode",
         recipe=canonical_json(
             {
-                "kind": "judge",
+                "kind": RECIPE_KIND,
                 "file": d.path,
                 "sha256": d.sha256,
                 "bytes": d.size,
@@ -177,13 +191,13 @@ def _plan_row(index: int, case: JudgedCase) -> dict[str, Any]:
     return {
         "case_id": case.case_id,
         "index": index,
-        "kind": "judged",
+        "kind": PLAN_KIND,
         "changed": {"dump": case.dump.name},
         "knobs": {
-            ROLLOUT_DTYPE.path: case.rollout_dtype,
-            TRAINING_COMPUTE_DTYPE.path: case.training_dtype,
+            DTYPE_PATHS["rollout"]: case.rollout_dtype,
+            DTYPE_PATHS["training"]: case.training_dtype,
         },
-        "operators": {"rollout": "external", "training": "external"},
+        "operators": dict(EXTERNAL),
     }
 
 
@@ -193,8 +207,8 @@ def header(experiment_id: str, cases: Sequence[JudgedCase]) -> dict[str, Any]:
         "schema": PLAN_SCHEMA,
         "experiment_id": experiment_id,
         "scenario_id": "judge",
-        "scenario": {"level": "judge", "device": "external", "tool": JUDGE_VERSION},
-        "identity_sha256": canonical_digest({c.case_id: c.dump.sha256 for c in cases}),
+        "scenario": {"level": JUDGED_LEVEL, "device": "external", "tool": JUDGE_VERSION},
+        "identity_sha256": dumps_digest({c.case_id: c.dump.sha256 for c in cases}),
         "contract": {"version": contract.version, "sha256": contract.sha256, "source": "xconf"},
     }
 
@@ -205,26 +219,23 @@ def judge_cases(
     """Publish the plan, then judge and seal every case (a sealed identical one is reused)."""
     started = time.perf_counter()
     contract = load_contract()
-    store.publish_plan(
-        header(store.experiment_id, cases), [_plan_row(i, c) for i, c in enumerate(cases)]
-    )
+    the_header = header(store.experiment_id, cases)
+    rows = [_plan_row(i, c) for i, c in enumerate(cases)]
+    store.publish_plan(the_header, rows)
     summary = RunSummary(store.experiment_id, str(store.path))
     for index, case in enumerate(cases):
         case_started = time.perf_counter()
         identity = _identity(case)
-        key = canonical_digest(
-            {
-                "case": case.case_id,
-                "identity": identity.digest(),
-                "dump": case.dump.sha256,
-                "dtypes": [case.rollout_dtype, case.training_dtype],
-                "comparison": contract.identity(),
-                "tensors": TENSOR_SCHEMA,
-                "judge": JUDGE_VERSION,
-                "correction": case.correction.to_dict() if case.correction else None,
-            }
+        key = execution_key(
+            case.case_id,
+            identity.digest(),
+            case.dump.sha256,
+            [case.rollout_dtype, case.training_dtype],
+            contract.identity(),
+            case.correction.to_dict() if case.correction else None,
         )
-        reusable = store.find_reusable(case.case_id, key) if resume else None
+        accept = _reusable(case, identity, the_header, rows[index])
+        reusable = store.find_reusable(case.case_id, key, accept=accept) if resume else None
         if reusable is not None:
             doc = read_json(reusable.path / "comparison.json")
             summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
@@ -240,6 +251,32 @@ def judge_cases(
         summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+def _reusable(
+    case: JudgedCase, identity: Identity, run_header: dict[str, Any], row: dict[str, Any]
+) -> Any:
+    """Resume's test of a sealed attempt with this case's key: its records re-derived
+    (:func:`xconf.judge.records.attempt_problems`) and equal to what this run derives now,
+    and its verdict re-judged from its tensors at the contract's threshold for the case."""
+    from xconf.verify_verdict import rejudge_attempt
+
+    expected = json.loads(json.dumps(_documents(row["index"], case, identity, {})))
+    threshold = load_contract().threshold_for(case.rollout_dtype, case.training_dtype).value
+
+    def accept(check: AttemptCheck) -> bool:
+        seal = check.seal or {}
+        if attempt_problems(check.path, seal, run_header, row):
+            return False
+        for name in ("requested.json", "materialized.json", "identity.json"):
+            if read_json(check.path / name) != expected[name]:
+                return False
+        stored = dict(read_json(check.path / "actual.json").get("dump") or {})
+        if stored != expected["actual.json"]["dump"]:
+            return False
+        return rejudge_attempt(check.path, seal, threshold, judged=True) is None
+
+    return accept
 
 
 def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, torch.Tensor]]:
@@ -334,6 +371,9 @@ def _documents(
                 "source_dtypes": dict(d.source_dtypes),
                 "verdict_dtype": str(d.verdict_dtype).removeprefix("torch."),
                 "declared": dict(d.declared),
+                "dtypes": {"rollout": case.rollout_dtype, "training": case.training_dtype},
+                "dtype_sources": dict(case.dtype_sources),
+                "correction": case.correction.to_dict() if case.correction else None,
                 "token_ids": d.responses is not None,
             },
         },

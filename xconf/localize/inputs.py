@@ -8,15 +8,14 @@ is a coded :class:`LocalizeError` (exit 2) and nothing is written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import read_regular
+from xconf.artifacts.layout import parse_json, read_plan_lines, read_regular
 from xconf.artifacts.store import ExperimentStore
 from xconf.config.identity import parse_identity
-from xconf.errors import XconfError
+from xconf.errors import ArtifactError, XconfError
 from xconf.experiment import Case, Identity
 from xconf.localize.errors import LocalizeError
 
@@ -37,18 +36,13 @@ class RunInputs:
 
 
 def _plan_rows(store: ExperimentStore) -> list[dict[str, Any]]:
-    data = read_regular(store.path / "plan.jsonl")
-    if data is None:
+    if read_regular(store.path / "plan.jsonl") is None:
         raise LocalizeError("localize.no_plan", "the run has no plan.jsonl", str(store.path))
-    rows = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn line from an interrupted append
-        if isinstance(row, dict) and isinstance(row.get("case_id"), str):
-            rows.append(row)
-    return rows
+    return [  # the bounded reader: a torn or hostile line is skipped, never parsed unbounded
+        row
+        for _, row in read_plan_lines(store.path / "plan.jsonl")
+        if isinstance(row, dict) and isinstance(row.get("case_id"), str)
+    ]
 
 
 def case_from_row(row: dict[str, Any], where: str) -> Case:
@@ -69,10 +63,10 @@ def _document(path: Path) -> Any:
     if data is None:
         raise LocalizeError("localize.attempt_unreadable", f"{path.name} is missing", str(path))
     try:
-        return json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return parse_json(data, path.name, str(path))
+    except ArtifactError as exc:
         raise LocalizeError(
-            "localize.attempt_unreadable", f"{path.name}: {exc}", str(path)
+            "localize.attempt_unreadable", f"{path.name}: {exc.message}", str(path)
         ) from exc
 
 

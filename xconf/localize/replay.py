@@ -29,59 +29,61 @@ from xconf.localize.sides import side_module
 def runtime_for(
     kind: str, recorded: Mapping[str, Any] | None = None, *, chosen: bool = False
 ) -> Any:
-    """The adapter a run of ``kind`` used: ``conf/runtime/<kind>.yaml`` instantiated with the
-    options the run's adapter was built with (``recorded``: actual.json's provenance.runtime),
-    so a run with ``runtime.model.path=DIR`` is localized on DIR, not on the default model.
+    """The adapter a run of ``kind`` used: the installed catalog's runtime of that name
+    (``conf/runtime/<kind>.yaml``) built with the options the run's adapter was built with
+    (``recorded``: actual.json's provenance.runtime), so a run with ``runtime.model.path=DIR``
+    is localized on DIR, not on the default model.
 
-    The recorded options apply only to the class and the sides the config names today (a
-    run directory names no code to import, and its sides are not another config's); a run
-    that trusted a checkpoint's own code is refused. ``chosen``: the user named the runtime
-    (``--runtime``); another runtime then gets its own config's options alone instead of a
-    refusal."""
-    from omegaconf import OmegaConf
+    A run directory names no code: ``kind`` must be a catalog name (a path is
+    ``config.unknown_runtime``), the class is the catalog's, and the recorded options apply
+    only when they were recorded for that class and the sides the config pairs today (its
+    sides are not another config's); they are data (no Hydra key, no interpolation:
+    :func:`~xconf.runtime.loading.check_option_data`). A run that trusted a checkpoint's own
+    code is refused. ``chosen``: the user named the runtime (``--runtime``); another runtime
+    then gets its own config's options alone instead of a refusal."""
+    from xconf.runtime.loading import (
+        catalog_name,
+        catalog_runtime,
+        check_option_data,
+        conf_dir,
+        pairing,
+        runtime_config,
+    )
 
-    from xconf.runtime.loading import NON_OPTION_KEYS, instantiate_runtime, runtime_config
-
-    loaded = OmegaConf.to_container(runtime_config(kind.replace("-", "_")), resolve=True)
-    if not isinstance(loaded, dict):
-        raise LocalizeError("localize.bad_runtime", "the runtime config is not a mapping", kind)
-    config = {str(k): v for k, v in loaded.items()}
+    name = catalog_name(conf_dir(), kind)
     options = recorded.get("options") if recorded else None
-    if recorded and isinstance(options, Mapping) and options:
-        target = str(config.get("_target_", "")).replace(":", ".")
-        sides = {k: config[k] for k in PAIRING_OPTIONS if k in config}
-        if str(recorded.get("target", "")).replace(":", ".") != target or any(
-            options.get(k) != v for k, v in sides.items()
-        ):
-            if chosen:
-                return instantiate_runtime(config)
-            raise LocalizeError(
-                "localize.runtime_mismatch",
-                f"the run's adapter was {recorded.get('target')!r} "
-                f"{_named(options)}, conf/runtime/ names {config.get('_target_')!r} "
-                f"{_named(sides)} for '{kind}': pass --runtime NAME",
-                "runtime",
-            )
-        if options.get("trust_remote_code"):
-            raise LocalizeError(
-                "localize.remote_code",
-                "the run trusted the checkpoint's own code (trust_remote_code); localize never "
-                "runs code a run directory asks for",
-                "runtime.trust_remote_code",
-            )
-        config = {
-            **config,
-            **{k: v for k, v in options.items() if k not in NON_OPTION_KEYS},
-        }
-    return instantiate_runtime(config)
-
-
-# The options that say which runtime a config is, beside its class: the sides it pairs.
-PAIRING_OPTIONS = ("rollout", "training", "kind")
+    if not (recorded and isinstance(options, Mapping) and options):
+        return catalog_runtime(name)
+    check_option_data(options)  # data first: nothing in it is resolved or built
+    config = runtime_config(name)
+    target = str(config.get("_target_", ""))
+    sides = pairing(config)
+    if str(recorded.get("target", "")).replace(":", ".") != target.replace(":", ".") or any(
+        options.get(k) != v for k, v in sides.items()
+    ):
+        if chosen:
+            return catalog_runtime(name)
+        raise LocalizeError(
+            "localize.runtime_mismatch",
+            f"the run's adapter was {str(recorded.get('target'))[:120]!r} "
+            f"{_named(options)[:200]}, conf/runtime/ names {target!r} {_named(sides)} "
+            f"for '{name}': pass --runtime NAME",
+            "runtime",
+        )
+    if options.get("trust_remote_code"):
+        raise LocalizeError(
+            "localize.remote_code",
+            "the run trusted the checkpoint's own code (trust_remote_code); localize never "
+            "runs code a run directory asks for",
+            "runtime.trust_remote_code",
+        )
+    return catalog_runtime(name, options)
 
 
 def _named(options: Mapping[str, Any]) -> str:
-    return "(" + ", ".join(f"{k}={options.get(k)}" for k in PAIRING_OPTIONS if k in options) + ")"
+    from xconf.runtime.loading import pairing
+
+    return "(" + ", ".join(f"{k}={v}" for k, v in pairing(options).items()) + ")"
 
 
 def refreeze(adapter: Any, sealed: Identity) -> Identity:

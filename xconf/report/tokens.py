@@ -9,12 +9,12 @@ otherwise the vocabulary is read from the JSON directly.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xconf.errors import XconfError
 from xconf.shown_text import shown
 
 TokenDecoder = Callable[[int], str]
@@ -71,7 +71,20 @@ def _vocab_decoder(vocab: Any) -> TokenDecoder | None:
 
 
 def load_decoder(path: Path) -> TokenDecoder | None:
-    """A decoder for one local ``tokenizer.json`` / ``vocab.json`` file, or ``None``."""
+    """A decoder for one local ``tokenizer.json`` / ``vocab.json`` file, or ``None``. The
+    path comes from the run directory: the file is read once, bounded, from a regular file
+    (a FIFO or a device named there is never waited on or read), and parsed from those bytes."""
+    from xconf.adapters.errors import ModelFactoryError
+    from xconf.adapters.models.facts import read_checkpoint_bytes
+    from xconf.artifacts.layout import parse_json
+    from xconf.errors import ArtifactError
+
+    try:
+        data = read_checkpoint_bytes(path)
+    except ModelFactoryError:
+        return None
+    if data is None:
+        return None
     if path.name == "tokenizer.json":
         try:
             from tokenizers import Tokenizer
@@ -79,14 +92,14 @@ def load_decoder(path: Path) -> TokenDecoder | None:
             pass
         else:
             try:
-                tok = Tokenizer.from_file(str(path))
+                tok = Tokenizer.from_str(data.decode("utf-8"))
             except Exception:
                 tok = None  # not loadable by the library: fall back to its vocabulary below
             if tok is not None:
                 return lambda token_id: tok.decode([token_id], skip_special_tokens=False)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        document = parse_json(data, path.name, str(path))
+    except ArtifactError:
         return None
     if isinstance(document, dict) and isinstance(document.get("model"), dict):
         added = {
@@ -113,10 +126,12 @@ def _recorded_dirs(identity: Mapping[str, Any], name: str) -> list[Path]:
     if isinstance(model, Mapping) and isinstance(model.get("pretrained"), str):
         out.extend(sorted(root.glob("pretrained/*")))  # the converted pretrained default
     if name.startswith("xconf-bpe."):
+        from xconf.adapters.models.facts import read_checkpoint_json
+
         for manifest in sorted(root.glob("*/xconf_model.json")) if root.is_dir() else []:
             try:
-                record = json.loads(manifest.read_text(encoding="utf-8")).get("record", {})
-            except (OSError, ValueError, AttributeError):
+                record = read_checkpoint_json(manifest).get("record", {})
+            except (AttributeError, XconfError):
                 continue
             if isinstance(record, dict) and record.get("tokenizer_id") == name:
                 out.append(manifest.parent)

@@ -4,6 +4,14 @@ The adapter is built with ``hydra.utils.instantiate`` (``_target_`` names its cl
 core never imports an adapter module). Its options are checked against the class's
 signature first, so an option the adapter does not take (``+runtime.model_path=x``) is a
 coded ``runtime.unknown_option`` naming the key (exit 2), never a ``TypeError`` traceback.
+
+The one owner of runtime resolution. A runtime is named, never located: its name must be
+one of the installed package's own catalog (``conf/runtime/*.yaml``, :func:`runtime_names`),
+so a name read from a run directory (``materialized.json``'s ``runtime_kind``) cannot be a
+path to a YAML file of the directory's choosing. Options are data: a Hydra key
+(``_target_``, ``_args_``, ``_partial_``, ...) or an interpolation nested in an option is
+refused (``runtime.reserved_key``, ``runtime.interpolation``), so no option can make
+``instantiate`` build or resolve anything but the catalog's class.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import ast
 import contextlib
 import importlib.util
 import inspect
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,13 @@ from xconf.errors import ConfigError, XconfError
 
 # Keys a runtime config may hold that are not constructor options.
 NON_OPTION_KEYS = ("_target_", "name")
+# The keys hydra.utils.instantiate acts on: in an option they would choose code or arguments.
+HYDRA_KEYS = frozenset({"_target_", "_args_", "_recursive_", "_convert_", "_partial_"})
+# The options that say which runtime a config is, beside its class: the sides it pairs (and
+# the kind it records). Data never sets them: they are the catalog config's own.
+PAIRING_OPTIONS = ("rollout", "training", "kind")
+# A catalog name: a file name of conf/runtime/, never a path (no '/', no '.', no '..').
+_RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ABSENT = object()
 
 
@@ -30,17 +46,39 @@ def hydra_target(target: str) -> str:
     return target.replace(":", ".")
 
 
-def load_runtime_config(conf_root: Path, name: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """``<conf_root>/runtime/<name>.yaml`` (``cpu-smoke`` and ``cpu_smoke`` both work) with
-    the command line's ``runtime.KEY=VALUE`` / ``+runtime.KEY=VALUE`` overrides applied."""
-    file = conf_root / "runtime" / f"{name.replace('-', '_')}.yaml"
-    if not file.is_file():
-        available = sorted(p.stem for p in (conf_root / "runtime").glob("*.yaml"))
+def runtime_names(conf_root: Path) -> tuple[str, ...]:
+    """The catalog: the runtime names ``<conf_root>/runtime/`` ships (``cpu_smoke``, ...)."""
+    folder = conf_root / "runtime"
+    return tuple(
+        sorted(
+            p.stem
+            for p in folder.glob("*.yaml")
+            if _RUNTIME_NAME.fullmatch(p.stem) and not p.is_symlink() and p.is_file()
+        )
+    )
+
+
+def catalog_name(conf_root: Path, name: Any) -> str:
+    """``name`` as the catalog spells it (``cpu-smoke`` is ``cpu_smoke``), or a coded
+    ``config.unknown_runtime``: anything else (a path, ``..``, a name the catalog lacks)."""
+    available = runtime_names(conf_root)
+    spelled = name.replace("-", "_") if isinstance(name, str) else None
+    if spelled is None or not _RUNTIME_NAME.fullmatch(spelled) or spelled not in available:
+        shown = repr(name)[:80]
         raise ConfigError(
             "config.unknown_runtime",
-            f"unknown runtime '{name}'; available: {', '.join(available)}",
+            f"unknown runtime {shown}; a runtime is one of the installed catalog's names: "
+            f"{', '.join(available)}",
             "runtime",
         )
+    return spelled
+
+
+def load_runtime_config(conf_root: Path, name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``<conf_root>/runtime/<name>.yaml`` (``cpu-smoke`` and ``cpu_smoke`` both work) with
+    the command line's ``runtime.KEY=VALUE`` / ``+runtime.KEY=VALUE`` overrides applied.
+    ``name`` is a catalog name (:func:`catalog_name`), never a path."""
+    file = conf_root / "runtime" / f"{catalog_name(conf_root, name)}.yaml"
     config = OmegaConf.load(file)
     if not isinstance(config, DictConfig):
         raise ConfigError("runtime.not_a_mapping", f"{file} must hold a mapping", "runtime")
@@ -60,6 +98,38 @@ def conf_dir() -> Path:
 def runtime_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
     """``conf/runtime/<name>.yaml`` with the command line's ``runtime.*`` overrides."""
     return load_runtime_config(conf_dir(), name, overrides)
+
+
+def catalog_runtime(name: Any, options: Mapping[str, Any] | None = None) -> Any:
+    """The catalog's runtime ``name`` built with ``options`` (data read from a run directory:
+    ``actual.json``'s recorded constructor options) over the catalog's own. The class and the
+    sides it pairs are the catalog's, whatever the data says (options naming other sides are
+    ``runtime.side_mismatch``); the options are checked like any other."""
+    loaded = OmegaConf.to_container(runtime_config(catalog_name(conf_dir(), name)), resolve=True)
+    if not isinstance(loaded, dict):
+        raise ConfigError("runtime.not_a_mapping", "the runtime config is not a mapping", "runtime")
+    config = {str(k): v for k, v in loaded.items()}
+    extra = {str(k): v for k, v in (options or {}).items() if k not in NON_OPTION_KEYS}
+    check_option_data(extra)
+    moved = {
+        k: extra[k] for k in PAIRING_OPTIONS if k in config and k in extra and extra[k] != config[k]
+    }
+    if moved:
+        key = next(iter(moved))
+        raise ConfigError(
+            "runtime.side_mismatch",
+            f"the options would pair other sides than the catalog's '{name}' "
+            f"({', '.join(f'{k}={config[k]}' for k in moved)}): "
+            f"{repr(moved)[:200]}",
+            f"runtime.{key}",
+        )
+    kept = {k: v for k, v in extra.items() if k not in PAIRING_OPTIONS}
+    return instantiate_runtime({**config, **kept})
+
+
+def pairing(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The sides a runtime config pairs (and the kind it records), as it names them."""
+    return {k: config[k] for k in PAIRING_OPTIONS if k in config}
 
 
 def apply_overrides(config: DictConfig, overrides: Sequence[str]) -> None:
@@ -235,6 +305,30 @@ def check_options_unimported(config: Mapping[str, Any] | DictConfig) -> None:
         raise _unknown(target, unknown)
 
 
+def check_option_data(options: Mapping[str, Any], where: str = "runtime") -> None:
+    """Options are data: no Hydra key (``_target_`` nested in an option would be built by
+    ``instantiate``) and no interpolation (``instantiate`` would resolve it) at any depth."""
+    stack: list[tuple[str, Any]] = [(f"{where}.{k}", v) for k, v in options.items()]
+    while stack:
+        path, value = stack.pop()
+        if path.rsplit(".", 1)[-1] in HYDRA_KEYS:
+            raise ConfigError(
+                "runtime.reserved_key",
+                f"{path}: an option may not hold a Hydra key (it would choose code)",
+                path,
+            )
+        if isinstance(value, str) and "${" in value:
+            raise ConfigError(
+                "runtime.interpolation",
+                f"{path}: an option value may not hold an interpolation ({value[:60]!r})",
+                path,
+            )
+        if isinstance(value, Mapping):
+            stack.extend((f"{path}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}.{i}", v) for i, v in enumerate(value))
+
+
 def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
     """Build the adapter named by ``_target_`` with ``hydra.utils.instantiate``."""
     from hydra.errors import InstantiationException
@@ -242,6 +336,7 @@ def instantiate_runtime(config: Mapping[str, Any] | DictConfig) -> Any:
 
     plain, target = plain_with_target(config)
     options = {str(k): v for k, v in plain.items() if k not in NON_OPTION_KEYS}
+    check_option_data(options)
     try:
         factory = get_object(hydra_target(target))
     except ImportError as exc:

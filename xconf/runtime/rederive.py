@@ -237,10 +237,12 @@ class TokenPayload:
         return self.same_as.get(field, field)
 
 
-def token_payload(identity: Mapping[str, Any]) -> TokenPayload | None:
+def token_payload(identity: Mapping[str, Any], *, judged: bool) -> TokenPayload | None:
     """The token table identity.json declares when it keeps none of its own and its recipe
-    names the score file that holds it (``xconf judge``), else None."""
-    if any(identity.get(name) for name in ID_FIELDS):
+    names the score file that holds it (``xconf judge``), else None. ``judged``: the run's
+    header says the attempt is a judged dump's; a scored attempt's identity never moves its
+    tokens elsewhere, whatever its recipe declares."""
+    if not judged or any(identity.get(name) for name in ID_FIELDS):
         return None
     try:
         recipe = identity.get("recipe") or {}
@@ -268,7 +270,7 @@ def token_payload(identity: Mapping[str, Any]) -> TokenPayload | None:
     return TokenPayload(file, shape, active, dict(same_as), logprobs)
 
 
-def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
+def tensor_problems(path: Path, identity: Mapping[str, Any], *, judged: bool = False) -> list[str]:
     """The stored token fields must be identity.json's own (never only a scorer's echo)."""
     import torch
 
@@ -276,7 +278,7 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
 
     problems = []
     expected = {}
-    payload = token_payload(identity)
+    payload = token_payload(identity, judged=judged)
     reference = None  # the score file the others are checked against, when it is not JSON
     if payload is not None:
         # A judged dump's identity names its tokens by the dump's digest and keeps them in
@@ -319,25 +321,54 @@ def tensor_problems(path: Path, identity: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def layout_problems(docs: Mapping[str, Any], judged: bool) -> list[str]:
+    """The attempt has the layout of its kind, which the run's header decides
+    (:func:`~xconf.artifacts.layout.judged_run`), never the attempt itself: a scored
+    attempt binds both sides' knobs and reads them back; a judged dump observed no engine."""
+    materialized, actual = docs["materialized.json"], docs["actual.json"]
+    bound, ran = materialized.get("sides"), actual.get("sides")
+    scored = (
+        isinstance(bound, dict)
+        and isinstance(ran, dict)
+        and set(bound) == set(ran) == {"rollout", "training"}
+        and "dump" not in actual
+    )
+    if judged and scored:
+        return ["the records are a scored attempt's, in a run of judged dumps"]
+    if not judged and not scored:
+        return [
+            "materialized.json and actual.json do not bind and read back both sides: not the "
+            "layout of a scored attempt (a judged dump's records in a scored run?)"
+        ]
+    return []
+
+
 def record_problems(
-    path: Path, seal: Mapping[str, Any], current: Current | None = None
+    path: Path,
+    seal: Mapping[str, Any],
+    current: Current | None = None,
+    *,
+    judged: bool = False,
 ) -> list[str]:
-    """Every way the attempt's records disagree with themselves, its seal, or ``current``."""
+    """Every way the attempt's records disagree with themselves, its seal, or ``current``.
+
+    ``judged``: the run is one of ``xconf judge``'s (its header says so): no engine was
+    observed, so only the identity and the token tensors are checked here; the judged
+    records' own rules are :func:`xconf.judge.records.attempt_problems`."""
     try:
         docs = {name: read_json(path / name) for name in KEY_RECORDS}
     except Exception as exc:  # an unreadable record is damage, whatever the parser raised
         return [f"unreadable record: {type(exc).__name__}: {exc}"]
     if not all(isinstance(d, dict) for d in docs.values()):
         return ["a record is not a JSON object"]
-    problems: list[str] = []
+    problems: list[str] = layout_problems(docs, judged)
+    if problems:
+        return problems
     identity = docs["identity.json"]
     inner = {k: v for k, v in identity.items() if k != "sha256"}
     if identity.get("sha256") != canonical_digest(inner):
         problems.append("identity.json sha256 is not the digest of its own fields")
-    # `xconf judge` seals dumps another system scored: no engine was observed, its key is
-    # the dump's digest (xconf.judge.seal), and only the identity and tensors can be checked.
-    imported = "dump" in docs["actual.json"] and "sides" not in docs["materialized.json"]
-    fields = None if imported else key_fields_from_records(docs)
+    fields = None if judged else key_fields_from_records(docs)
     if fields is None:
         pass
     elif isinstance(fields, str):
@@ -365,12 +396,12 @@ def record_problems(
         wrong += ["environment"] if actual.get("environment") != current.environment else []
         if wrong:
             problems.append(f"actual.json provenance differs from this run's: {wrong}")
-    if not imported:
+    if not judged:
         problems += record_consistency(docs) + strict_problems(docs)
     if docs[COMPARISON_NAME].get("result") in JUDGED:
         # (an invalid_identity attempt stores what the side echoed: that is its finding)
         try:
-            problems += tensor_problems(path, identity)
+            problems += tensor_problems(path, identity, judged=judged)
         except Exception as exc:
             problems.append(f"unreadable score tensors: {type(exc).__name__}: {exc}")
     return problems

@@ -163,20 +163,18 @@ def read_rows(path: Path, data: bytes | None = None) -> list[Any]:
             raise _error(
                 "dataset.no_pyarrow", f"reading Parquet needs pyarrow: {exc}", str(path)
             ) from exc
+        from xconf.artifacts.columnar import parquet_table
+        from xconf.errors import ArtifactError
+
         try:
-            # A compressed file can expand far past its size: its metadata says how far.
-            meta = pq.ParquetFile(pa.BufferReader(data)).metadata
-            expanded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            if meta.num_rows > MAX_ROWS or expanded > MAX_PARQUET_BYTES:
-                raise _error(
-                    "dataset.too_large",
-                    f"{meta.num_rows} rows, {expanded} bytes uncompressed: more than "
-                    f"{MAX_ROWS} rows or {MAX_PARQUET_BYTES} bytes",
-                    str(path),
-                )
-            rows: list[Any] = pq.read_table(pa.BufferReader(data)).to_pylist()
-        except ConfigError:
-            raise
+            # A compressed file can expand far past its size: the one bounded Parquet reader
+            # checks what its metadata declares, then each decoded batch.
+            names = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names
+            table = parquet_table(data, names, str(path), MAX_PARQUET_BYTES, MAX_ROWS)
+            rows: list[Any] = table.to_pylist()
+        except ArtifactError as exc:
+            code = "dataset.too_large" if exc.code == "columnar.too_large" else "dataset.unreadable"
+            raise _error(code, exc.message, str(path)) from None
         except Exception as exc:  # pyarrow raises several unrelated types for a bad file
             raise _error(
                 "dataset.unreadable", f"not a readable Parquet file: {exc}", str(path)

@@ -25,12 +25,12 @@ from xconf.adapters.errors import IdentityViolationError
 from xconf.adapters.frozen import (
     DEFAULT_PROMPTS,
     FrozenBatch,
-    FrozenSample,
     build_identity,
 )
 from xconf.adapters.frozen_dump import dump_recipe, freeze_dump
 from xconf.adapters.models import ModelRecord, default_cache_dir
-from xconf.artifacts.safe_io import write_file
+from xconf.artifacts.layout import read_cache_entry
+from xconf.artifacts.safe_io import write_cache_entry
 from xconf.canonical import canonical_digest
 from xconf.experiment import Identity
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from xconf.adapters.checkpoint.model_options import ModelOptions
 
 RECIPE_KIND = "vllm_baseline_rollout"
+MAX_FROZEN_BYTES = 256 << 20
 _RECIPE_KEYS = frozenset(
     {
         "kind",
@@ -141,11 +142,14 @@ def check_declared(identity: Identity, record: ModelRecord) -> None:
         )
 
 
-def _cache_file(record: ModelRecord, recipe: Mapping[str, Any], cache_dir: str | None) -> Path:
+def _cache_file(
+    record: ModelRecord, recipe: Mapping[str, Any], cache_dir: str | None
+) -> tuple[Path, str]:
+    """Where the recipe's frozen tokens are cached, and the key the entry must hold."""
     key = canonical_digest({"recipe": dict(recipe), "checkpoint": record.checkpoint_sha256})
     # Never write into a user's checkpoint directory: its frozen tokens live in the cache.
     root = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "frozen"
-    return (root if record.local else Path(record.path) / "frozen") / f"{key[:24]}.json"
+    return (root if record.local else Path(record.path) / "frozen") / f"{key[:24]}.json", key
 
 
 def _tokenizer_dir(record: ModelRecord) -> str:
@@ -177,25 +181,16 @@ def check_recipe(
     return record
 
 
-def _load_cached(path: Path) -> FrozenBatch | None:
-    try:
-        doc = json.loads(path.read_text())
-        samples = tuple(
-            FrozenSample(tuple(int(t) for t in p), tuple(int(t) for t in r))
-            for p, r in zip(doc["prompt_ids"], doc["response_ids"], strict=True)
-        )
-        return FrozenBatch(samples, int(doc["pad_token_id"]))
-    except (OSError, ValueError, KeyError, TypeError, IdentityViolationError):
-        return None
+def _load_cached(path: Path, key: str, vocab_size: int) -> FrozenBatch | None:
+    """The cached samples when the entry is the user's own file, of exactly this recipe and
+    checkpoint (``key``), unaltered (:meth:`FrozenBatch.from_cache`); else None: sample."""
+    data = read_cache_entry(path, MAX_FROZEN_BYTES)
+    return None if data is None else FrozenBatch.from_cache(data, key, vocab_size)
 
 
-def _store(path: Path, batch: FrozenBatch) -> None:
-    doc = {
-        "prompt_ids": [list(s.prompt_ids) for s in batch.samples],
-        "response_ids": [list(s.response_ids) for s in batch.samples],
-        "pad_token_id": batch.pad_token_id,
-    }
-    write_file(path, json.dumps(doc).encode())
+def _store(path: Path, batch: FrozenBatch, key: str) -> None:
+    # A cache that cannot be written (read-only, another user's) costs time, never the run.
+    write_cache_entry(path, batch.cache_bytes(key))
 
 
 def freeze(
@@ -227,8 +222,8 @@ def freeze(
             "model": {"checkpoint": "local"},
             "tokenizer_path": record.tokenizer_path or record.path,
         }
-    cache = _cache_file(record, recipe, cache_dir)
-    batch = _load_cached(cache)
+    cache, key = _cache_file(record, recipe, cache_dir)
+    batch = _load_cached(cache, key, record.vocab_size)
     if batch is None:
         from xconf.adapters.vllm.engine import RolloutEngineConfig, VllmRolloutEngine
         from xconf.adapters.vllm.scorer import generate_responses
@@ -255,7 +250,7 @@ def freeze(
                     seed=recipe["seed"],
                     temperature=recipe["temperature"],
                 )
-        _store(cache, batch)
+        _store(cache, batch, key)
     frozen = build_identity(
         batch,
         checkpoint_id=f"sha256:{record.checkpoint_sha256}",

