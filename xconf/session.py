@@ -53,6 +53,8 @@ class RunOptions:
     output_root: str | Path
     allow_smoke_operators: bool = False
     resume: bool = True
+    # A side whose scores a case before it in this run already gave is not scored again.
+    reuse_sides: bool = True
     # Longer than this, a case is stopped and recorded as result error (None: no limit).
     case_timeout_s: float | None = None
     # Third-party output (vLLM, transformers, torch) on the terminal, not in xconf.log.
@@ -70,6 +72,7 @@ class RunOptions:
             output_root=hydra.utils.to_absolute_path(str(cfg.output_root)),
             allow_smoke_operators=bool(cfg.allow_smoke_operators),
             resume=bool(cfg.resume),
+            reuse_sides=bool(cfg.get("reuse_sides", True)),
             case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
             verbose=bool(cfg.get("verbose", False)),
         )
@@ -151,6 +154,7 @@ def run_prepared(
     case_ids: set[str] | None = None,
     case_timeout_s: float | None = None,
     output: OutputPolicy | None = None,
+    reuse_sides: bool = True,
 ) -> RunSummary:
     """``output``: where third-party output goes while cases run (``None``: untouched)."""
     scenario_device = prepared.execution.plan.spec.scenario.device
@@ -173,6 +177,7 @@ def run_prepared(
         prepared.catalog,
         prepared.policy,
         resume=resume,
+        reuse_sides=reuse_sides,
         on_case=on_case,
         case_timeout_s=case_timeout_s,
     )
@@ -331,6 +336,7 @@ def run(
             on_case=on_case,
             case_timeout_s=options.case_timeout_s,
             output=output,
+            reuse_sides=options.reuse_sides,
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)
