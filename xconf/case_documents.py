@@ -81,6 +81,31 @@ class Actual:
         return document
 
 
+@dataclass(frozen=True)
+class Requested:
+    """requested.json: what the plan asks of the case, before any engine is built."""
+
+    case_id: str
+    knobs: Mapping[str, Any]
+    changed: Mapping[str, Any]
+    strict_execution: bool
+    operators: Mapping[str, Mapping[str, Any]]
+
+    @classmethod
+    def of(cls, case: ExecutionCase, changed: Mapping[str, Any], strict: bool) -> Requested:
+        operators: dict[str, Mapping[str, Any]] = {b.side: b.to_dict() for b in case.operators}
+        return cls(case.case.case_id, case.case.knob_dict(), dict(changed), strict, operators)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "knobs": dict(self.knobs),
+            "changed": dict(self.changed),
+            "strict_execution": self.strict_execution,
+            "operators": {side: dict(b) for side, b in self.operators.items()},
+        }
+
+
 def static_documents(
     case: ExecutionCase,
     binding: RuntimeBinding,
@@ -91,13 +116,8 @@ def static_documents(
     """requested/materialized/identity documents: what the plan and the adapter give before
     anything is scored (resume re-derives them to compare with a stored attempt)."""
     return {
-        "requested.json": {
-            "case_id": case.case.case_id,
-            "knobs": case.case.knob_dict(),
-            "changed": changed,
-            "strict_execution": strict_execution,
-            "operators": {b.side: b.to_dict() for b in case.operators},
-        },
+        "requested.json": Requested.of(case, changed, strict_execution).to_dict(),
+        # materialized.json is the binding's own record (runtime/protocol.py RuntimeBinding)
         "materialized.json": binding.to_dict(),
         "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
     }

@@ -24,6 +24,7 @@ from xconf.case_documents import (
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
+    Intervention,
     compare,
     error_outcome,
     identity_outcome,
@@ -428,22 +429,19 @@ class PairedRunner:
             damaged_attempts=damaged,
             reused_from={o.side: reused[o.side].source for o in outcomes if o.side in reused},
         )
-        declared = sorted(self.changed(case))
-        skipped = not_applied(actual.applications(), frozenset(declared))
-        mixed = confounded(actual.applications(), frozenset(declared))
-        if outcome.document["result"] not in rederive.JUDGED:
-            skipped = mixed = []  # no numerical verdict: the error's reason says why
-        outcome.document["intervention"] = {
-            "declared": declared,
-            # A confounded case is not the one-knob case it claims: never evidence either.
-            "applied": not skipped and not mixed,
-            "not_applied": skipped,
-            "confounded": mixed,
-        }
-        if mixed and outcome.document.get("reason") is None:
-            outcome.document["reason"] = confounded_reason(mixed)
-        outcome.document.update(
-            case_id=case.case.case_id, rollout_dtype=dtypes[0], training_dtype=dtypes[1]
+        declared = frozenset(self.changed(case))
+        intervention = Intervention(tuple(sorted(declared)))
+        if outcome.result in rederive.JUDGED:  # else no numerical verdict: the error says why
+            ran = actual.applications()
+            intervention = replace(
+                intervention,
+                not_applied=tuple(not_applied(ran, declared)),
+                # A confounded case is not the one-knob case it claims: never evidence either.
+                confounded=tuple(confounded(ran, declared)),
+            )
+        mixed = [dict(r) for r in intervention.confounded]
+        outcome = outcome.for_case(
+            case.case.case_id, dtypes, intervention, confounded_reason(mixed) if mixed else None
         )
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
