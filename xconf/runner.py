@@ -11,11 +11,10 @@ from typing import Any
 
 import torch
 
-from xconf.artifacts.layout import SCORE_FILES, sha256_file
+from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, sha256_file
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, PublishedAttempt, read_json
 from xconf.case_documents import (
-    TENSOR_SCHEMA,
     Actual,
     SideOutcome,
     case_documents,
@@ -167,25 +166,20 @@ class PairedRunner:
             self._code[factories] = provenance.code_digest(self.adapter, factories)
         return {**self._provenance, "code": self._code[factories]}
 
-    def execution_key(
-        self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
-    ) -> str:
-        """The digest of :data:`rederive.KEY_FIELDS`, each stored in a record of the attempt
-        (so ``xconf verify`` recomputes it from them)."""
-        return rederive.execution_key(
-            {
-                "case": case.case.case_id,
-                "identity": identity.digest(),
-                "scoring_mode": identity.scoring_mode,
-                "strict_execution": self.plan.plan.spec.strict_fallback,
-                "materialization": binding.to_dict(),
-                "operators": [b.to_dict() for b in case.operators],
-                "environment": self._environment(),
-                "provenance": self.provenance(case),
-                "comparison": self.contract.identity(),
-                "tensors": TENSOR_SCHEMA,
-            }
-        )
+    def execution_key(self, current: rederive.Current) -> str:
+        """The digest of :data:`rederive.KEY_FIELDS`, read from the records this case
+        publishes (``key_fields_from_records``: the very reading ``xconf verify`` does)."""
+        docs = {
+            "requested.json": current.requested,
+            "materialized.json": current.materialized,
+            "identity.json": current.identity,
+            "actual.json": {"environment": current.environment, "provenance": current.provenance},
+            COMPARISON_NAME: {"contract": self.contract.identity()},
+        }
+        fields = rederive.key_fields_from_records(docs)
+        if isinstance(fields, str):  # this run's own records always hold every field
+            raise ArtifactError("artifacts.key_fields", fields, "requested.json")
+        return rederive.execution_key(fields)
 
     def current_records(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding, inputs: Any
@@ -256,8 +250,8 @@ class PairedRunner:
     def _run_case(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> CaseRecord:
-        key = self.execution_key(case, identity, binding)
         current = self.current_records(case, identity, binding, inputs)
+        key = self.execution_key(current)
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
