@@ -189,3 +189,48 @@ def test_resume_reuses_reusing_attempts_and_rescores_when_the_source_breaks(
     report = verify_run(Path(third.experiment_dir))
     latest = {f.case_id: f for f in report.findings if f.status != "superseded"}
     assert all(f.status == "valid" for f in latest.values()), latest
+
+
+def _docs(attempt: Path) -> dict[str, Any]:
+    names = ("requested.json", "materialized.json", "identity.json", "actual.json")
+    return {name: json.loads((attempt / name).read_text()) for name in names}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["requested.json"]["knobs"].update({"batch.size": 3}),  # request sizes
+        lambda d: d["requested.json"]["knobs"].update({"unknown.knob": 1}),  # counts for both
+        lambda d: d["requested.json"]["operators"]["rollout"].update(options=[["x", 1]]),
+        lambda d: d["requested.json"].update(strict_execution=False),
+        lambda d: d["identity.json"].update(sha256="0" * 64),
+        lambda d: d["identity.json"].update(scoring_mode="prefill"),
+        lambda d: d["materialized.json"]["sides"]["rollout"].update(dtype="bfloat16"),
+        lambda d: d["materialized.json"]["sides"]["training"]["fingerprints"].update(process="0"),
+        lambda d: d["materialized.json"]["scorers"].update(rollout="other"),
+        lambda d: d["materialized.json"].update(runtime_kind="other"),
+        lambda d: d["actual.json"]["environment"].update(torch="0"),
+        lambda d: d["actual.json"]["provenance"]["inputs"].update(token_ids_sha256="0"),
+    ],
+)
+def test_everything_that_decides_a_sides_scores_is_in_its_key(runs: Any, edit: Any) -> None:
+    from xconf.runtime.side_reuse import side_key
+
+    docs = _docs(_attempt(runs[0], "baseline"))
+    before = side_key(docs, "rollout")
+    assert before is not None
+    edit(docs)
+    assert side_key(docs, "rollout") != before
+
+
+def test_what_only_the_other_side_owns_is_not_in_the_key(runs: Any) -> None:
+    from xconf.runtime.side_reuse import side_key
+
+    docs = _docs(_attempt(runs[0], "baseline"))
+    before = side_key(docs, "rollout")
+    docs["requested.json"]["knobs"]["training.compute_dtype"] = "bfloat16"
+    docs["materialized.json"]["sides"]["training"]["dtype"] = "bfloat16"
+    docs["requested.json"]["changed"] = {"training.compute_dtype": "bfloat16"}
+    assert side_key(docs, "rollout") == before
+    del docs["actual.json"]["environment"]  # a record without a field: no key, never equal
+    assert side_key(docs, "rollout") is None
