@@ -130,15 +130,16 @@ def case_documents(
     changed: dict[str, Any],
     strict_execution: bool,
     actual: Actual,
+    scores: Mapping[str, SideScore],
     outcome: ComparisonOutcome,
 ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
-    """requested/materialized/actual/identity/comparison documents and the score tensors."""
+    """requested/materialized/actual/identity/comparison documents and the score tensors
+    (``scores``: every side's scores as its engine returned them, a refused side's too)."""
     documents = {
         **static_documents(case, binding, identity, changed, strict_execution),
         "actual.json": actual.to_dict(),
         "comparison.json": outcome.document,
     }
-    scores = {o.side: o.score for o in actual.outcomes}
     tensors = {
         "score_rollout.safetensors": score_tensors(scores.get("rollout")),
         "score_training.safetensors": score_tensors(scores.get("training")),

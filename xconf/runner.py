@@ -63,6 +63,7 @@ from xconf.runtime.protocol import (
     FrozenInputs,
     RuntimeAdapter,
     RuntimeBinding,
+    SideScore,
 )
 from xconf.runtime.ranks import from_rank0, rank, world_size
 from xconf.runtime.side_reuse import SideSource, side_key
@@ -356,6 +357,7 @@ class PairedRunner:
         dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
         threshold = self._threshold(dtypes)
         outcomes: list[SideOutcome] = []
+        scores: dict[str, SideScore] = {}
         operator_provenance = None
         unreached: dict[str, tuple[Any, ...]] = {}
         case_started = time.perf_counter()
@@ -366,12 +368,12 @@ class PairedRunner:
                 )
                 session = OperatorSession(self.catalog, self.policy)
                 given = {side: r.outcome for side, r in reused.items()}
-                for side_outcome in score_sides(
-                    scoring, session, case, binding, identity, inputs, given
-                ):
-                    outcomes.append(side_outcome)
+                for step in score_sides(scoring, session, case, binding, identity, inputs, given):
+                    if isinstance(step, SideOutcome):
+                        outcomes.append(step)
+                    else:  # the scores, before the guards: a refused side keeps its echo
+                        scores[step.side] = step.score
                 operator_provenance = session.provenance()
-            scores = {o.side: o.score for o in outcomes}
             # Judged at the threshold of the dtypes the engines ran (read back), which differ
             # from the requested ones only when a dtype fell back without strict execution.
             ran = tuple(a for o in outcomes for a in o.applications)
@@ -447,6 +449,7 @@ class PairedRunner:
             self.changed(case),
             self.plan.plan.spec.strict_fallback,
             actual,
+            scores,
             outcome,
         )
         return documents, tensors, outcome, actual

@@ -23,7 +23,7 @@ from xconf.errors import XconfError
 from xconf.execution_plan import ExecutionCase
 from xconf.experiment import Identity
 from xconf.knobs import BATCH_SIZE, side_dtype
-from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog, Side
 from xconf.operators.dispatch import OperatorSession
 from xconf.runtime.guards import (
     check_echo,
@@ -43,10 +43,12 @@ from xconf.runtime.materialization import (
     strict_violations,
 )
 from xconf.runtime.protocol import (
+    Engine,
     FrozenInputs,
     KnobApplication,
     RuntimeBinding,
     SideBinding,
+    SideScore,
 )
 
 
@@ -58,6 +60,14 @@ class SideScoring:
     catalog: SemanticOperatorCatalog
     policy: ResolutionPolicy
     strict_fallback: bool
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A side's scores as its engine returned them, before any guard looked at them."""
+
+    side: Side
+    score: SideScore
 
 
 def frozen_inputs(identity: Identity) -> FrozenInputs:
@@ -81,43 +91,49 @@ def score_sides(
     identity: Identity,
     inputs: FrozenInputs,
     reused: Mapping[str, SideOutcome],
-) -> Iterator[SideOutcome]:
-    """Build or reuse each side's engine and score it, yielding each side's outcome as it is
-    scored (so a side that raises leaves the sides before it on record). A side in
+) -> Iterator[Scored | SideOutcome]:
+    """Build or reuse each side's engine and score it. For each side, yields its scores as
+    soon as the engine returns them (a guard that then refuses the side leaves them on
+    record: what the side echoed is the finding), then its outcome once every guard and the
+    readback are done, so a side that raises leaves the sides before it on record. A side in
     ``reused`` is not scored: its outcome is the one given, its echo checked again. A side
     that strict execution refuses raises after its outcome is yielded."""
     strict = scoring.strict_fallback
     check_pre_build(binding, strict_fallback=strict)
+    batch_size = int(case.case.knob_dict()[BATCH_SIZE.path])
     recorded = identity.digest()  # what identity.json records
     for side in SIDES:
         if side in reused:
             session.instantiate(case.operator(side))  # its provenance, as when it scored
             outcome = reused[side]
+            yield Scored(side, outcome.score)
             check_echo(side, identity, recorded, outcome.score)
         else:
-            outcome = _score_side(scoring, session, case, binding.side(side), identity, inputs)
+            side_binding = binding.side(side)
+            with no_optimizer(side):
+                engine = scoring.engines.get(side_binding, case)
+                operator = session.instantiate(case.operator(side))
+                given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+                score = engine.score(given, identity, batch_size, operator)
+            yield Scored(side, score)
+            check_untouched(side, given, inputs)
+            check_echo(side, identity, recorded, score)
+            outcome = _read_side(engine, side_binding, case, inputs, score)
         yield outcome
         reasons = strict_violations(outcome.applications, strict_fallback=strict)
         if reasons:
             raise refusal(reasons)
 
 
-def _score_side(
-    scoring: SideScoring,
-    session: OperatorSession,
-    case: ExecutionCase,
+def _read_side(
+    engine: Engine,
     side_binding: SideBinding,
-    identity: Identity,
+    case: ExecutionCase,
     inputs: FrozenInputs,
+    score: SideScore,
 ) -> SideOutcome:
+    """A scored side's outcome: its embedded-token check, its readback and knob records."""
     side, knobs = side_binding.side, case.case.knob_dict()
-    with no_optimizer(side):
-        engine = scoring.engines.get(side_binding, case)
-        operator = session.instantiate(case.operator(side))
-        given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-        score = engine.score(given, identity, int(knobs[BATCH_SIZE.path]), operator)
-    check_untouched(side, given, inputs)
-    check_echo(side, identity, identity.digest(), score)
     # What the model embedded, by its own record; without one, the scorer's echo is all
     # there is (docs/reliability.md lists what rests on the adapter's word).
     tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
