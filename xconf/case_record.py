@@ -95,6 +95,7 @@ class RunSummary:
     records: list[CaseRecord] = field(default_factory=list)
     engines_built: int = 0
     engines_reused: int = 0
+    sides_reused: int = 0  # sides that took the scores of a side scored alike in this run
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,6 +22,29 @@ PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
 @dataclass(frozen=True)
+class Intervention:
+    """comparison.json ``intervention``: what the case declared it changes, and the knobs
+    that kept it from being that one-knob case (a declared knob not run as set, another knob
+    not run as set). Neither list is ever evidence of a knob's effect."""
+
+    declared: tuple[str, ...]
+    not_applied: tuple[Mapping[str, Any], ...] = ()
+    confounded: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def applied(self) -> bool:
+        return not self.not_applied and not self.confounded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "declared": list(self.declared),
+            "applied": self.applied,
+            "not_applied": [dict(r) for r in self.not_applied],
+            "confounded": [dict(r) for r in self.confounded],
+        }
+
+
+@dataclass(frozen=True)
 class ComparisonOutcome:
     """The verdict document and the token-level tensors that let anyone recompute it."""
 
@@ -30,6 +54,26 @@ class ComparisonOutcome:
     @property
     def result(self) -> Result:
         return self.document["result"]  # type: ignore[no-any-return]
+
+    def for_case(
+        self,
+        case_id: str,
+        dtypes: tuple[str, str],
+        intervention: Intervention,
+        confounded_reason: str | None = None,
+    ) -> ComparisonOutcome:
+        """The verdict as one case publishes it: its id, the dtypes its engines ran and its
+        intervention; ``confounded_reason`` becomes the reason when the verdict has none."""
+        document = {
+            **self.document,
+            "intervention": intervention.to_dict(),
+            "case_id": case_id,
+            "rollout_dtype": dtypes[0],
+            "training_dtype": dtypes[1],
+        }
+        if confounded_reason is not None and document.get("reason") is None:
+            document["reason"] = confounded_reason
+        return ComparisonOutcome(document, self.token_diffs)
 
 
 def identity_violations(

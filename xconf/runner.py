@@ -6,17 +6,24 @@ import platform
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, sha256_file
 from xconf.artifacts.plan_seal import sealed_rows
-from xconf.artifacts.store import ExperimentStore, read_json
-from xconf.case_documents import TENSOR_SCHEMA, case_documents, static_documents
+from xconf.artifacts.store import ExperimentStore, PublishedAttempt, read_json
+from xconf.case_documents import (
+    Actual,
+    SideOutcome,
+    case_documents,
+    static_documents,
+)
 from xconf.case_record import CaseRecord, RunStep, RunSummary
 from xconf.comparison import (
     ComparisonOutcome,
+    Intervention,
     compare,
     error_outcome,
     identity_outcome,
@@ -38,6 +45,7 @@ from xconf.operators.catalog import (
     ResolutionPolicy,
     SemanticOperatorCatalog,
 )
+from xconf.operators.dispatch import OperatorSession
 from xconf.runtime import provenance, rederive
 from xconf.runtime.deadline import case_deadline, check_case_timeout
 from xconf.runtime.guards import (
@@ -46,6 +54,7 @@ from xconf.runtime.guards import (
 from xconf.runtime.machine import this_machine
 from xconf.runtime.materialization import (
     confounded,
+    not_applied,
     ran_dtypes,
     unreached_applications,
     with_fingerprints,
@@ -56,13 +65,13 @@ from xconf.runtime.protocol import (
     RuntimeBinding,
     SideScore,
 )
-from xconf.runtime.ranks import from_rank0, rank
+from xconf.runtime.ranks import from_rank0, rank, world_size
+from xconf.runtime.side_reuse import SideSource, side_key
 from xconf.shown_text import bounded
 from xconf.side_scoring import (
     SideScoring,
     confounded_reason,
     frozen_inputs,
-    ran_applications,
     score_sides,
     stored_dtypes,
 )
@@ -82,6 +91,7 @@ class PairedRunner:
         policy: ResolutionPolicy,
         *,
         resume: bool = True,
+        reuse_sides: bool = True,
         contract: NumericalContract | None = None,
         on_case: Callable[[CaseRecord], None] | None = None,
         case_timeout_s: float | None = None,
@@ -95,6 +105,10 @@ class PairedRunner:
         self.catalog = catalog
         self.policy = policy
         self.resume = resume
+        # A side configured alike in two cases is scored once (xconf/runtime/side_reuse.py).
+        self.reuse_sides = reuse_sides
+        self._scored: dict[str, _ScoredSide] = {}
+        self.sides_reused = 0
         self.contract = contract or load_contract()
         self.on_case = on_case
         self.case_timeout_s = check_case_timeout(case_timeout_s)
@@ -160,25 +174,20 @@ class PairedRunner:
             self._code[factories] = provenance.code_digest(self.adapter, factories)
         return {**self._provenance, "code": self._code[factories]}
 
-    def execution_key(
-        self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding
-    ) -> str:
-        """The digest of :data:`rederive.KEY_FIELDS`, each stored in a record of the attempt
-        (so ``xconf verify`` recomputes it from them)."""
-        return rederive.execution_key(
-            {
-                "case": case.case.case_id,
-                "identity": identity.digest(),
-                "scoring_mode": identity.scoring_mode,
-                "strict_execution": self.plan.plan.spec.strict_fallback,
-                "materialization": binding.to_dict(),
-                "operators": [b.to_dict() for b in case.operators],
-                "environment": self._environment(),
-                "provenance": self.provenance(case),
-                "comparison": self.contract.identity(),
-                "tensors": TENSOR_SCHEMA,
-            }
-        )
+    def execution_key(self, current: rederive.Current) -> str:
+        """The digest of :data:`rederive.KEY_FIELDS`, read from the records this case
+        publishes (``key_fields_from_records``: the very reading ``xconf verify`` does)."""
+        docs = {
+            "requested.json": current.requested,
+            "materialized.json": current.materialized,
+            "identity.json": current.identity,
+            "actual.json": {"environment": current.environment, "provenance": current.provenance},
+            COMPARISON_NAME: {"contract": self.contract.identity()},
+        }
+        fields = rederive.key_fields_from_records(docs)
+        if isinstance(fields, str):  # this run's own records always hold every field
+            raise ArtifactError("artifacts.key_fields", fields, "requested.json")
+        return rederive.execution_key(fields)
 
     def current_records(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding, inputs: Any
@@ -242,17 +251,18 @@ class PairedRunner:
         summary.records.sort(key=lambda r: self.plan.plan.case(r.case_id).index)
         summary.engines_built = self.engines.built
         summary.engines_reused = self.engines.reused
+        summary.sides_reused = self.sides_reused
         summary.seconds["total"] = time.perf_counter() - started
         return summary
 
     def _run_case(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> CaseRecord:
-        key = self.execution_key(case, identity, binding)
+        current = self.current_records(case, identity, binding, inputs)
+        key = self.execution_key(current)
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
-            current = self.current_records(case, identity, binding, inputs)
 
             def judged_again(check: Any) -> bool:
                 # A seal proves the bytes are the ones sealed, not that the verdict is right:
@@ -276,14 +286,18 @@ class PairedRunner:
         reused = from_rank0(reused)
         if reused is not None:
             return reused
-        documents, tensors, outcome = self._score(case, binding, identity, inputs)
-        if damaged:
-            documents["actual.json"]["resume"] = {"damaged_attempts": damaged}
+        keys = self._side_keys(current)
+        sides = self._reusable(keys)
+        documents, tensors, outcome, actual = self._score(
+            case, binding, identity, inputs, current, sides, tuple(damaged)
+        )
         record = None
         if rank() == 0:  # one rank publishes; the others scored only to take part in collectives
             published = self.store.publish_attempt(
                 case.case.case_id, key, documents, tensors, outcome.document["result"]
             )
+            self.sides_reused += len(actual.reused_from)
+            self._remember(published, actual, keys)
             record = _record(case, published.attempt_id, outcome.document, reused=False)
         return from_rank0(record)  # type: ignore[return-value]
 
@@ -297,41 +311,80 @@ class PairedRunner:
     def _threshold(self, dtypes: tuple[str, str]) -> Any:
         return self.contract.threshold_for(*dtypes)
 
+    def _side_keys(self, current: rederive.Current) -> dict[str, str | None]:
+        """Each side's reuse key, from the records this case would publish."""
+        docs = {
+            "requested.json": current.requested,
+            "materialized.json": current.materialized,
+            "identity.json": current.identity,
+            "actual.json": {"environment": current.environment, "provenance": current.provenance},
+        }
+        return {side: side_key(docs, side) for side in SIDES}
+
+    def _reusable(self, keys: Mapping[str, str | None]) -> dict[str, _ScoredSide]:
+        """The sides of this case that a case before it in this run scored alike. Only in one
+        process: with several ranks every side is scored (each rank holds its own scores)."""
+        if not self.reuse_sides or world_size() > 1:
+            return {}
+        return {
+            side: self._scored[key]
+            for side, key in keys.items()
+            if key is not None and key in self._scored
+        }
+
+    def _remember(
+        self,
+        published: PublishedAttempt,
+        actual: Actual,
+        keys: Mapping[str, str | None],
+    ) -> None:
+        """Offer the sides this attempt scored itself to the cases after it (a judged verdict
+        only: its scores are what verify re-judges)."""
+        if not self.reuse_sides or published.result not in rederive.JUDGED:
+            return
+        for outcome in actual.outcomes:
+            key = keys[outcome.side]
+            if outcome.side in actual.reused_from or key is None or key in self._scored:
+                continue
+            digest = sha256_file(published.path / SCORE_FILES[outcome.side])
+            source = SideSource(published.case_id, published.attempt_id, digest, key)
+            self._scored[key] = _ScoredSide(outcome, source)
+
     def _score(
-        self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
-    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome]:
+        self,
+        case: ExecutionCase,
+        binding: RuntimeBinding,
+        identity: Identity,
+        inputs: FrozenInputs,
+        current: rederive.Current,
+        reused: Mapping[str, _ScoredSide],
+        damaged: tuple[dict[str, str], ...],
+    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome, Actual]:
         knobs = case.case.knob_dict()
         dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
         threshold = self._threshold(dtypes)
-        actual: dict[str, Any] = {
-            "sides": {},
-            "environment": self._environment(),
-            "provenance": {**self.provenance(case), "inputs": input_digests(inputs)},
-        }
+        outcomes: list[SideOutcome] = []
         scores: dict[str, SideScore] = {}
+        operator_provenance = None
+        unreached: dict[str, tuple[Any, ...]] = {}
         case_started = time.perf_counter()
         try:
             with case_deadline(self.case_timeout_s):
                 scoring = SideScoring(
-                    self.engines,
-                    self.catalog,
-                    self.policy,
-                    self.plan.plan.spec.strict_fallback,
-                    self.changed(case),
+                    self.engines, self.catalog, self.policy, self.plan.plan.spec.strict_fallback
                 )
-                score_sides(
-                    scoring,
-                    case,
-                    binding,
-                    identity,
-                    inputs,
-                    knobs,
-                    scores,
-                    actual,
-                )
+                session = OperatorSession(self.catalog, self.policy)
+                given = {side: r.outcome for side, r in reused.items()}
+                for step in score_sides(scoring, session, case, binding, identity, inputs, given):
+                    if isinstance(step, SideOutcome):
+                        outcomes.append(step)
+                    else:  # the scores, before the guards: a refused side keeps its echo
+                        scores[step.side] = step.score
+                operator_provenance = session.provenance()
             # Judged at the threshold of the dtypes the engines ran (read back), which differ
             # from the requested ones only when a dtype fell back without strict execution.
-            dtypes = ran_dtypes(ran_applications(actual), dtypes)
+            ran = tuple(a for o in outcomes for a in o.applications)
+            dtypes = ran_dtypes(ran, dtypes)
             threshold = self._threshold(dtypes)
             outcome = compare(
                 inputs,
@@ -348,11 +401,12 @@ class PairedRunner:
             if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
                 self.engines.close()  # a stopped engine may be mid-call: never reuse it
             # Sides the case never reached still say what was requested and materialized.
-            for side in SIDES:
-                if side not in actual["sides"]:
-                    actual["sides"][side] = [
-                        a.to_dict() for a in unreached_applications(binding.side(side), exc)
-                    ]
+            reached = {o.side for o in outcomes}
+            unreached = {
+                side: unreached_applications(binding.side(side), exc)
+                for side in SIDES
+                if side not in reached
+            }
             error = (
                 exc.to_dict()
                 if isinstance(exc, XconfError)
@@ -370,26 +424,32 @@ class PairedRunner:
                 outcome = identity_outcome(threshold, self.contract, error)
             else:
                 outcome = error_outcome(threshold, self.contract, error)
-        declared = sorted(self.changed(case))
-        skipped = actual.pop("not_applied", [])
-        mixed = confounded(ran_applications(actual), frozenset(declared))
-        if outcome.document["result"] not in rederive.JUDGED:
-            skipped = mixed = []  # no numerical verdict: the error's reason says why
-        outcome.document["intervention"] = {
-            "declared": declared,
-            # A confounded case is not the one-knob case it claims: never evidence either.
-            "applied": not skipped and not mixed,
-            "not_applied": skipped,
-            "confounded": mixed,
-        }
-        if mixed and outcome.document.get("reason") is None:
-            outcome.document["reason"] = confounded_reason(mixed)
-        outcome.document.update(
-            case_id=case.case.case_id, rollout_dtype=dtypes[0], training_dtype=dtypes[1]
+        actual = Actual(
+            environment=current.environment,
+            provenance=current.provenance,
+            outcomes=tuple(outcomes),
+            unreached=unreached,
+            operator_provenance=operator_provenance,
+            damaged_attempts=damaged,
+            reused_from={o.side: reused[o.side].source for o in outcomes if o.side in reused},
+        )
+        declared = frozenset(self.changed(case))
+        intervention = Intervention(tuple(sorted(declared)))
+        if outcome.result in rederive.JUDGED:  # else no numerical verdict: the error says why
+            ran = actual.applications()
+            intervention = replace(
+                intervention,
+                not_applied=tuple(not_applied(ran, declared)),
+                # A confounded case is not the one-knob case it claims: never evidence either.
+                confounded=tuple(confounded(ran, declared)),
+            )
+        mixed = [dict(r) for r in intervention.confounded]
+        outcome = outcome.for_case(
+            case.case.case_id, dtypes, intervention, confounded_reason(mixed) if mixed else None
         )
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
-        actual["wall_s"] = time.perf_counter() - case_started
+        actual = replace(actual, wall_s=time.perf_counter() - case_started)
         documents, tensors = case_documents(
             case,
             binding,
@@ -400,7 +460,15 @@ class PairedRunner:
             scores,
             outcome,
         )
-        return documents, tensors, outcome
+        return documents, tensors, outcome, actual
+
+
+@dataclass(frozen=True)
+class _ScoredSide:
+    """A side this run scored, and the sealed attempt that holds its scores."""
+
+    outcome: SideOutcome
+    source: SideSource
 
 
 def _engine_steps(

@@ -55,6 +55,8 @@ class RunOptions:
     output_root: str | Path
     allow_smoke_operators: bool = False
     resume: bool = True
+    # A side whose scores a case before it in this run already gave is not scored again.
+    reuse_sides: bool = True
     # Longer than this, a case is stopped and recorded as result error (None: no limit).
     case_timeout_s: float | None = None
     # Third-party output (vLLM, transformers, torch) on the terminal, not in xconf.log.
@@ -72,6 +74,7 @@ class RunOptions:
             output_root=hydra.utils.to_absolute_path(str(cfg.output_root)),
             allow_smoke_operators=bool(cfg.allow_smoke_operators),
             resume=bool(cfg.resume),
+            reuse_sides=bool(cfg.get("reuse_sides", True)),
             case_timeout_s=check_case_timeout(cfg.get("case_timeout_s")),
             verbose=bool(cfg.get("verbose", False)),
         )
@@ -154,6 +157,7 @@ def run_prepared(
     case_timeout_s: float | None = None,
     output: OutputPolicy | None = None,
     on_step: Callable[[RunStep], None] | None = None,
+    reuse_sides: bool = True,
 ) -> RunSummary:
     """``output``: where third-party output goes while cases run (``None``: untouched).
     ``on_case``: told of each finished case; ``on_step``: of the long steps between them
@@ -178,6 +182,7 @@ def run_prepared(
         prepared.catalog,
         prepared.policy,
         resume=resume,
+        reuse_sides=reuse_sides,
         on_case=on_case,
         case_timeout_s=case_timeout_s,
         on_step=on_step,
@@ -350,6 +355,7 @@ def run(
             case_timeout_s=options.case_timeout_s,
             output=output,
             on_step=None if progress is None else progress.step,
+            reuse_sides=options.reuse_sides,
         )
     if view is None:
         return Outcome(exit_code(summary.records), prepared=prepared, summary=summary)

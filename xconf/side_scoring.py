@@ -10,19 +10,20 @@ from the readback.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from xconf.artifacts.store import read_json
+from xconf.case_documents import SideOutcome
 from xconf.engine_cache import EngineCache
 from xconf.errors import XconfError
 from xconf.execution_plan import ExecutionCase
 from xconf.experiment import Identity
 from xconf.knobs import BATCH_SIZE, side_dtype
-from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog
+from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog, Side
 from xconf.operators.dispatch import OperatorSession
 from xconf.runtime.guards import (
     check_echo,
@@ -36,13 +37,19 @@ from xconf.runtime.materialization import (
     backend_application,
     check_pre_build,
     failed_readback,
-    not_applied,
     ran_dtypes,
     refusal,
     split_readback,
     strict_violations,
 )
-from xconf.runtime.protocol import FrozenInputs, KnobApplication, RuntimeBinding, SideScore
+from xconf.runtime.protocol import (
+    Engine,
+    FrozenInputs,
+    KnobApplication,
+    RuntimeBinding,
+    SideBinding,
+    SideScore,
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,14 @@ class SideScoring:
     catalog: SemanticOperatorCatalog
     policy: ResolutionPolicy
     strict_fallback: bool
-    declared: Mapping[str, Any]  # the knobs the case itself changed
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A side's scores as its engine returned them, before any guard looked at them."""
+
+    side: Side
+    score: SideScore
 
 
 def frozen_inputs(identity: Identity) -> FrozenInputs:
@@ -71,50 +85,76 @@ def frozen_inputs(identity: Identity) -> FrozenInputs:
 
 def score_sides(
     scoring: SideScoring,
+    session: OperatorSession,
     case: ExecutionCase,
     binding: RuntimeBinding,
     identity: Identity,
     inputs: FrozenInputs,
-    knobs: dict[str, Any],
-    scores: dict[str, SideScore],
-    actual: dict[str, Any],
-) -> None:
-    """Build or reuse both engines and score each side, filling ``scores`` and ``actual``."""
-    strict, declared = scoring.strict_fallback, frozenset(scoring.declared)
+    reused: Mapping[str, SideOutcome],
+) -> Iterator[Scored | SideOutcome]:
+    """Build or reuse each side's engine and score it. For each side, yields its scores as
+    soon as the engine returns them (a guard that then refuses the side leaves them on
+    record: what the side echoed is the finding), then its outcome once every guard and the
+    readback are done, so a side that raises leaves the sides before it on record. A side in
+    ``reused`` is not scored: its outcome is the one given, its echo checked again. A side
+    that strict execution refuses raises after its outcome is yielded."""
+    strict = scoring.strict_fallback
     check_pre_build(binding, strict_fallback=strict)
-    session = OperatorSession(scoring.catalog, scoring.policy)
+    batch_size = int(case.case.knob_dict()[BATCH_SIZE.path])
     recorded = identity.digest()  # what identity.json records
     for side in SIDES:
-        side_binding = binding.side(side)
-        with no_optimizer(side):
-            engine = scoring.engines.get(side_binding, case)
-            operator = session.instantiate(case.operator(side))
-            given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
-            scores[side] = engine.score(given, identity, int(knobs[BATCH_SIZE.path]), operator)
-        check_untouched(side, given, inputs)
-        check_echo(side, identity, recorded, scores[side])
-        # What the model embedded, by its own record; without one, the scorer's echo is
-        # all there is (docs/reliability.md lists what rests on the adapter's word).
-        tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
-        actual.setdefault("scored_tokens_checked_from", {})[side] = tokens
-        # Read back after scoring: request-lifecycle knobs are only observable then.
-        try:
-            readback = engine.readback()
-        except Exception as exc:  # nothing was read: each knob is an error, with the reason
-            readback = failed_readback(side_binding, exc)
-        applications = apply_readback(side_binding, readback)
-        applications += (backend_application(side, knobs, case.operator(side)),)
-        actual["sides"][side] = [a.to_dict() for a in applications]
-        # Everything the engine reported, knob or not (compilation mode, cache sizes, ...),
-        # and the values it derived (its vocab layout), recorded apart.
-        derived, reported = split_readback(readback)
-        actual.setdefault("readback", {})[side] = json.loads(json.dumps(reported, default=str))
-        actual.setdefault("derived", {})[side] = derived
-        actual.setdefault("not_applied", []).extend(not_applied(applications, declared))
-        reasons = strict_violations(applications, strict_fallback=strict)
+        if side in reused:
+            session.instantiate(case.operator(side))  # its provenance, as when it scored
+            outcome = reused[side]
+            yield Scored(side, outcome.score)
+            check_echo(side, identity, recorded, outcome.score)
+        else:
+            side_binding = binding.side(side)
+            with no_optimizer(side):
+                engine = scoring.engines.get(side_binding, case)
+                operator = session.instantiate(case.operator(side))
+                given = side_copy(inputs)  # private: in-place writes cannot reach anyone else
+                score = engine.score(given, identity, batch_size, operator)
+            yield Scored(side, score)
+            check_untouched(side, given, inputs)
+            check_echo(side, identity, recorded, score)
+            outcome = _read_side(engine, side_binding, case, inputs, score)
+        yield outcome
+        reasons = strict_violations(outcome.applications, strict_fallback=strict)
         if reasons:
             raise refusal(reasons)
-    actual["operator_provenance"] = list(session.provenance())
+
+
+def _read_side(
+    engine: Engine,
+    side_binding: SideBinding,
+    case: ExecutionCase,
+    inputs: FrozenInputs,
+    score: SideScore,
+) -> SideOutcome:
+    """A scored side's outcome: its embedded-token check, its readback and knob records."""
+    side, knobs = side_binding.side, case.case.knob_dict()
+    # What the model embedded, by its own record; without one, the scorer's echo is all
+    # there is (docs/reliability.md lists what rests on the adapter's word).
+    tokens = "model record" if check_embedded(side, engine, inputs) else "scorer echo"
+    # Read back after scoring: request-lifecycle knobs are only observable then.
+    try:
+        readback = engine.readback()
+    except Exception as exc:  # nothing was read: each knob is an error, with the reason
+        readback = failed_readback(side_binding, exc)
+    applications = apply_readback(side_binding, readback)
+    applications += (backend_application(side, knobs, case.operator(side)),)
+    # Everything the engine reported, knob or not (compilation mode, cache sizes, ...), and
+    # the values it derived (its vocab layout), recorded apart.
+    derived, reported = split_readback(readback)
+    return SideOutcome(
+        side,
+        score,
+        applications,
+        json.loads(json.dumps(reported, default=str)),
+        derived,
+        tokens,
+    )
 
 
 def ran_applications(actual: Mapping[str, Any]) -> tuple[KnobApplication, ...]:

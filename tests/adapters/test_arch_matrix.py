@@ -107,3 +107,12 @@ def test_arch_matrix(arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         apps = json.loads((attempt / "actual.json").read_text())["sides"]["rollout"]
         read = {a["path"]: a["actual"] for a in apps}
         assert read["rollout.dtype"] == want, (arch, label, read["rollout.dtype"])
+    # The bfloat16 rollout case took the baseline's training scores (scored once per run),
+    # and verify re-derives that from the two attempts.
+    baseline, bf16 = got["baseline"][2], got["rollout.dtype=bfloat16"][2]
+    if baseline is not None and bf16 is not None and got["baseline"][0] != "error":
+        reused = json.loads((bf16 / "actual.json").read_text())["reused_sides"]
+        assert reused["training"]["attempt_id"] == baseline.name, (arch, reused)
+        from xconf.verify import verify_run
+
+        assert verify_run(out / "s2-cpu").exit_code == 0, arch

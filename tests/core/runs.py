@@ -20,6 +20,7 @@ def run_doc(
     resume: bool = True,
     adapter: Any = None,
     allow_smoke: bool = True,
+    reuse_sides: bool = True,
 ) -> RunSummary:
     prepared = prepare(
         parse_experiment(doc),
@@ -27,7 +28,9 @@ def run_doc(
         allow_smoke_operators=allow_smoke,
         device="cpu",
     )
-    return run_prepared(prepared, adapter or CpuSmokeRuntime(), resume=resume)
+    return run_prepared(
+        prepared, adapter or CpuSmokeRuntime(), resume=resume, reuse_sides=reuse_sides
+    )
 
 
 def only(doc: dict[str, Any], **interventions: list[Any]) -> dict[str, Any]:

@@ -84,8 +84,12 @@ def test_unsupported_cases_end_as_coded_errors(s0_doc, tmp_path) -> None:
 def test_engines_are_reused_only_when_fingerprints_match(s0_doc, tmp_path) -> None:
     summary = run_doc(only(s0_doc, batch__size=[1, 4]), tmp_path / "a")
     assert (summary.engines_built, summary.engines_reused) == (2, 4)
-    summary = run_doc(only(s0_doc, rollout__dtype=["bf16"]), tmp_path / "b")
+    summary = run_doc(only(s0_doc, rollout__dtype=["bf16"]), tmp_path / "b", reuse_sides=False)
     assert (summary.engines_built, summary.engines_reused) == (3, 1)
+    # With side reuse (the default) the training engine is not even asked for: the bfloat16
+    # rollout case takes the baseline's training scores.
+    summary = run_doc(only(s0_doc, rollout__dtype=["bf16"]), tmp_path / "c")
+    assert (summary.engines_built, summary.engines_reused, summary.sides_reused) == (3, 0, 1)
 
 
 def test_scoring_is_read_only_and_deterministic(s0_doc) -> None:

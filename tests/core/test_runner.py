@@ -206,22 +206,25 @@ def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:
         "rollout.dtype=bfloat16",
         "batch.size=1",
     ]
-    assert summary.engines_built + summary.engines_reused == 2 * len(summary.records)
+    # Every side is scored on an engine or taken from a side the run scored alike: the
+    # bfloat16 rollout case's training side is the baseline's (batch.size is both sides').
+    sides = summary.engines_built + summary.engines_reused + summary.sides_reused
+    assert sides == 2 * len(summary.records) and summary.sides_reused == 1
     assert Path(summary.experiment_dir) == tmp_path / "cpu-smoke-json"
     assert summary.seconds["total"] > 0
 
 
 def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkeypatch) -> None:
-    from xconf import side_scoring
+    from xconf import runner
 
     sessions = []
-    real = side_scoring.OperatorSession
+    real = runner.OperatorSession
 
     def counting(*args, **kwargs):
         sessions.append(real(*args, **kwargs))
         return sessions[-1]
 
-    monkeypatch.setattr(side_scoring, "OperatorSession", counting)
+    monkeypatch.setattr(runner, "OperatorSession", counting)
     run_doc(only(s0_doc, logp__backend=["xconf.reference_logp"], batch__size=[1]), tmp_path)
     assert len(sessions) == 3
     assert [len(s.provenance()) for s in sessions] == [2, 2, 2]

@@ -61,6 +61,7 @@ def test_a_strided_step_gives_the_sealed_steps_figures(tmp_path: Path) -> None:
     verdict = StepJudge(tmp_path, run="s", every=1)(
         1, rollout, training, mask, rollout_dtype="float32", training_dtype="float32"
     )
+    assert verdict.dump is not None
     (attempt,) = (Path(verdict.dump) / "cases" / "step-00000001").iterdir()
     sealed = figures(json.loads((attempt / "comparison.json").read_text()))
     for name, value in sealed.items():

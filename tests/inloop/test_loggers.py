@@ -54,12 +54,14 @@ def test_mlflow_local_file_store(tmp_path: Path) -> None:
     writer.write({"xconf/mismatches": 3.0}, 8)
     writer.close()
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
-    run = client.get_run(writer.run_id)
+    run_id = writer.run_id
+    assert run_id is not None
+    run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "grpo"
-    history = client.get_metric_history(writer.run_id, "xconf/mismatches")
+    history = client.get_metric_history(run_id, "xconf/mismatches")
     assert [(m.step, m.value) for m in history] == [(7, figures["xconf/mismatches"]), (8, 3.0)]
     for name, value in figures.items():
-        metric = client.get_metric_history(writer.run_id, name)[0]
+        metric = client.get_metric_history(run_id, name)[0]
         assert metric.step == 7 and _equal(metric.value, value), name
 
 

@@ -48,6 +48,11 @@ def _copy(checkpoints: dict[str, Path], root: Path) -> Path:
     return out
 
 
+def _link(path: Path, target: str) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
 def _fifo(d: Path, name: str) -> None:
     (d / name).unlink()
     os.mkfifo(d / name)
@@ -101,7 +106,7 @@ HOSTILE: dict[str, tuple[Callable[[Path], None], str, str]] = {
     "config_fifo": (lambda d: _fifo(d, "config.json"), "model.bad_config", "config.json"),
     "tokenizer_fifo": (lambda d: _fifo(d, "tokenizer.json"), "model.bad_file", "tokenizer.json"),
     "config_links_to_dev_zero": (
-        lambda d: ((d / "config.json").unlink(), (d / "config.json").symlink_to("/dev/zero")),
+        lambda d: _link(d / "config.json", "/dev/zero"),
         "model.bad_config",
         "config.json",
     ),

@@ -13,6 +13,7 @@ import torch
 
 from tests.core.runs import attempt_doc, only, run_doc
 from tests.truth import liars
+from xconf.artifacts.store import read_tensors
 from xconf.report.build import build_report
 
 S0_INTERVENTIONS: dict[str, list[Any]] = {
@@ -111,6 +112,10 @@ def test_in_place_mutation_of_frozen_inputs_is_invalid_identity(s0_doc, tmp_path
     error = attempt_doc(summary, "training.attention_backend=eager", "comparison.json")["error"]
     assert error["code"] == "identity.inputs_mutated"
     assert error["path"] == "training:token_ids"
+    # what the refused side returned is the finding: its score file keeps it
+    record = next(r for r in summary.records if r.label == "training.attention_backend=eager")
+    attempt = Path(summary.experiment_dir, "cases", record.case_id, record.attempt_id)
+    assert set(read_tensors(attempt / "score_training.safetensors")) >= {"logprobs", "token_ids"}
 
 
 @pytest.mark.parametrize("extreme", [-1e4, float(torch.finfo(torch.float32).min)])

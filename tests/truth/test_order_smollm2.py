@@ -6,8 +6,10 @@ reuses both engines of the baseline, prefix caching and the bfloat16 rollout nee
 of their own while the training engine is reused, eager attention the other way round. The
 runner groups cases by construction fingerprint, so reversing the plan changes which engine
 is built first, which engine scored what before each case, and which engines' teardown
-(frozen collector, workers reaped in the background) overlaps which build. No bit of any
-score may move.
+(frozen collector, workers reaped in the background) overlaps which build. The forward run
+reuses sides (eager attention takes the baseline's rollout scores, the bfloat16 rollout and
+prefix caching the baseline's training scores), the reversed one scores every side
+(``reuse_sides=False``): no bit of any verdict, token diff or score may move.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ OVERRIDES = [
 ]
 
 
-def _run(out: Path, reverse: bool) -> tuple[Any, list[str]]:
+def _run(out: Path, reverse: bool, reuse_sides: bool = True) -> tuple[Any, list[str]]:
     from hydra import compose, initialize_config_dir
 
     from xconf.config.hydra_document import experiment_document
@@ -54,6 +56,7 @@ def _run(out: Path, reverse: bool) -> tuple[Any, list[str]]:
         instantiate_runtime(cfg.runtime),
         resume=False,
         on_case=lambda r: order.append(r.label),
+        reuse_sides=reuse_sides,
     )
     return summary, order
 
@@ -64,8 +67,9 @@ def _attempt(summary: Any, record: Any) -> Path:
 
 def test_real_default_forward_and_reversed_score_bitwise_alike(tmp_path: Path) -> None:
     forward, forward_order = _run(tmp_path / "forward", reverse=False)
-    backward, backward_order = _run(tmp_path / "backward", reverse=True)
+    backward, backward_order = _run(tmp_path / "backward", reverse=True, reuse_sides=False)
     assert len(forward.records) == 5, [r.label for r in forward.records]
+    assert (forward.sides_reused, backward.sides_reused) == (3, 0)
     assert forward_order != backward_order, forward_order
     assert forward.engines_reused > 0 and backward.engines_reused > 0
     for a, b in zip(forward.records, backward.records, strict=True):
@@ -75,3 +79,9 @@ def test_real_default_forward_and_reversed_score_bitwise_alike(tmp_path: Path) -
             fwd = read_tensors(_attempt(forward, a) / name)["logprobs"]
             bwd = read_tensors(_attempt(backward, b) / name)["logprobs"]
             assert fwd.numpy().tobytes() == bwd.numpy().tobytes(), (a.label, name)
+        # the verdict document and the token diffs too, byte for byte
+        for name in ("comparison.json", "token_diffs.safetensors"):
+            same = (_attempt(forward, a) / name).read_bytes() == (
+                _attempt(backward, b) / name
+            ).read_bytes()
+            assert same, (a.label, name)

@@ -135,7 +135,12 @@ def _dress(attempt: Path) -> None:
     """A scored attempt dressed as a judged dump: a `dump` record added, the sides removed
     (before, the checks of a scored attempt were skipped for it)."""
     dump = {"file": "x.safetensors", "sha256": "0" * 64, "declared": {}, "source_dtypes": {}}
-    edit_json(attempt, "actual.json", lambda d: (d.update(dump=dump), d.pop("sides")))
+
+    def dressed(d: dict[str, Any]) -> None:
+        d.update(dump=dump)
+        d.pop("sides")
+
+    edit_json(attempt, "actual.json", dressed)
     edit_json(attempt, "materialized.json", lambda d: d.pop("sides"))
 
 

@@ -42,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-resume", action="store_true", help="score again even if sealed")
     run.add_argument(
+        "--no-reuse-sides",
+        action="store_true",
+        help="score every side of every case, even one a case before it scored alike",
+    )
+    run.add_argument(
         "--verbose",
         action="store_true",
         help="show vLLM/transformers/torch output on the terminal (default: <run>/xconf.log)",
@@ -102,6 +107,7 @@ def _run(args: argparse.Namespace, view: ConsoleView) -> Outcome:
         output_root=args.output_root,
         allow_smoke_operators=args.allow_smoke_operators,
         resume=not args.no_resume,
+        reuse_sides=not args.no_reuse_sides,
         case_timeout_s=check_case_timeout(args.case_timeout),
         verbose=args.verbose,
     )

@@ -15,6 +15,7 @@ APP_KEYS = frozenset(
         "allow_smoke_operators",
         "output_root",
         "resume",
+        "reuse_sides",
         "runtime",
         "case_timeout_s",
         "verbose",
@@ -65,7 +66,7 @@ def reject_config_set_cli_keys(
 
 # Switches that must be real booleans: `resume=no`, `off` or `'false'` are strings, and
 # bool() of a non-empty string is True (a "no" would resume).
-BOOLEAN_KEYS = ("resume", "verbose", "localize")
+BOOLEAN_KEYS = ("resume", "reuse_sides", "verbose", "localize")
 
 
 def check_app_values(cfg: DictConfig) -> None:

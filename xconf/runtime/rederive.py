@@ -33,6 +33,7 @@ from xconf.canonical import canonical_digest
 from xconf.case_documents import TENSOR_SCHEMA
 from xconf.knobs import KNOBS, ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 from xconf.runtime.protocol import KnobApplication
+from xconf.runtime.side_reuse import reuse_problems
 
 # The execution key's fields and the record each is stored in (docs/artifacts.md lists them).
 KEY_FIELDS: Mapping[str, str] = {
@@ -398,6 +399,8 @@ def record_problems(
             problems.append(f"actual.json provenance differs from this run's: {wrong}")
     if not judged:
         problems += record_consistency(docs) + strict_problems(docs)
+        # a side taken from another attempt: that attempt is sealed and gives the same scores
+        problems += reuse_problems(path, docs, str(seal.get("experiment_id")))
     if docs[COMPARISON_NAME].get("result") in JUDGED:
         # (an invalid_identity attempt stores what the side echoed: that is its finding)
         try:
