@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.artifacts.layout import read_regular
+from xconf.artifacts.plan_seal import extensions
 from xconf.artifacts.store import ExperimentStore
 from xconf.config.identity import parse_identity
 from xconf.errors import XconfError
@@ -48,6 +49,8 @@ def _plan_rows(store: ExperimentStore) -> list[dict[str, Any]]:
             continue  # a torn line from an interrupted append
         if isinstance(row, dict) and isinstance(row.get("case_id"), str):
             rows.append(row)
+    # Cases added later (the fix search's arms), sealed as plan extensions.
+    rows += [r for r in extensions(store.path).rows if isinstance(r.get("case_id"), str)]
     return rows
 
 
