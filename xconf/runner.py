@@ -85,10 +85,7 @@ class PairedRunner:
         contract: NumericalContract | None = None,
         on_case: Callable[[CaseRecord], None] | None = None,
         case_timeout_s: float | None = None,
-        engines: EngineCache | None = None,
     ) -> None:
-        """``engines``: a cache the caller owns and closes, shared by runners of one flow that
-        runs cases one at a time (the fix search); None: the runner's own, closed by :meth:`run`."""
         self.plan = plan
         self.adapter = adapter
         self.store = store
@@ -98,12 +95,7 @@ class PairedRunner:
         self.contract = contract or load_contract()
         self.on_case = on_case
         self.case_timeout_s = check_case_timeout(case_timeout_s)
-        self._owns_engines = engines is None
-        self.engines = (
-            EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
-            if engines is None
-            else engines
-        )
+        self.engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
         self._provenance: dict[str, Any] | None = None
         self._env: dict[str, str] | None = None
         self._code: dict[tuple[str, ...], dict[str, str]] = {}
@@ -239,8 +231,7 @@ class PairedRunner:
                 if self.on_case is not None:
                     self.on_case(record)
         finally:
-            if self._owns_engines:
-                self.engines.close()
+            self.engines.close()
         summary.records.sort(key=lambda r: self.plan.plan.case(r.case_id).index)
         summary.engines_built = self.engines.built
         summary.engines_reused = self.engines.reused

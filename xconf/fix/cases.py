@@ -18,7 +18,6 @@ from typing import Any
 from xconf.artifacts.layout import HEADER_NAME, read_json
 from xconf.case_record import CaseRecord
 from xconf.contract.loader import load_contract
-from xconf.engine_cache import EngineCache
 from xconf.execution_plan import ExecutionPlan, build_execution_plan
 from xconf.experiment import Case, ExperimentPlan, ExperimentSpec, Scenario
 from xconf.fix.errors import FixError
@@ -147,18 +146,20 @@ def run_case(
     case: Case,
     row: dict[str, Any],
     adapter: Any,
-    engines: EngineCache,
     catalog: Any,
 ) -> CaseRecord:
-    """Seal the case's plan row, then score, judge and seal it (resume reuses a sealed one)."""
+    """Seal the case's plan row, then score, judge and seal it (resume reuses a sealed one).
+
+    Each case gets a runner of its own, whose engines are closed when it ends: a case is
+    bound (its process context read) with no engine of an earlier case alive, as every case
+    of a run is bound before the run builds one, so its execution key is the one a resume
+    derives again."""
     from xconf.runner import PairedRunner
 
     bound = execution(plan, case, catalog, adapter.device)
     policy = _policy(adapter.device)
     row = {**row, "operators": bound.cases[0].to_row()["operators"]}
     plan.inputs.store.extend_plan([row])
-    runner = PairedRunner(
-        bound, adapter, plan.inputs.store, catalog, policy, resume=True, engines=engines
-    )
+    runner = PairedRunner(bound, adapter, plan.inputs.store, catalog, policy, resume=True)
     summary = runner.run({case.case_id}, identity=plan.inputs.identity)
     return summary.records[0]

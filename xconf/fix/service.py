@@ -165,9 +165,8 @@ def fix_case(
     catalog: Any = None,
 ) -> FixResult:
     """Search the arms that make failing case ``case_id`` of ``run_dir`` pass, as cases of
-    the run; stop at the first verified fix. ``adapter``: the run's (engines reused); None
+    the run; stop at the first verified fix. ``adapter``: the run's; None
     builds the runtime the run used (``runtime`` names another config)."""
-    from xconf.engine_cache import EngineCache
     from xconf.localize.replay import refreeze, runtime_for
     from xconf.operators.catalog import SemanticOperatorCatalog
 
@@ -186,8 +185,8 @@ def fix_case(
                 inputs.runtime_record,
                 chosen=runtime is not None,
             )
-        engines = EngineCache(adapter, getattr(adapter, "max_cached_engines", 4))
         try:
+            refreeze(adapter, inputs.identity)  # the sealed frozen tokens, checked again
             # Every arm the search could try, bound before anything runs or is written: an
             # arm this runtime cannot apply is a coded refusal, never a case that errors.
             everything = steps(ALIGN_KINDS[0], inputs.case.knob_dict(), kv_cache_allowed=kv_allowed)
@@ -208,12 +207,11 @@ def fix_case(
                     "(cache_metadata.training_kv_cache), so the full arm in the decode shape "
                     "is not tried"
                 )
-            refreeze(adapter, inputs.identity)
             source = _source_payload(inputs)
             outcomes: list[StepOutcome] = []
             for number, step in enumerate(ladder):
                 case, row = fix_case_row(plan, step, number)
-                record = run_case(plan, case, row, adapter, engines, catalog)
+                record = run_case(plan, case, row, adapter, catalog)
                 paths = [p for p, _ in step.knobs]
                 outcome = StepOutcome(
                     step,
@@ -232,7 +230,6 @@ def fix_case(
                 else _residual(run, outcomes, adapter)
             )
         finally:
-            engines.close()
             if own:
                 adapter.close()
     line = closing_line(outcomes, residual)
@@ -273,11 +270,13 @@ def _residual(run: Path, outcomes: list[StepOutcome], adapter: Any) -> dict[str,
     module = None
     if shaped is not None:
         try:
-            located = localize_case(run, shaped.case_id, adapter=adapter).document
+            # Against the case's own repeat floors: the baseline's cross floor holds the very
+            # drift the arms removed, so nothing of the full arm's case would rise above it.
+            located = localize_case(run, shaped.case_id, adapter=adapter, own_floor=True).document
             first = located.get("first_divergence")
             module = first.get("label") if isinstance(first, dict) else None
             if module is None:
-                module = "none of the taps (none above 10x the baseline's noise floor)"
+                module = "none of the taps (none above 10x its own repeat floor)"
         except XconfError as exc:
             module = f"an unknown module (localize: [{exc.code}] {exc.message})"
     return {
