@@ -147,6 +147,7 @@ def test_the_report_shows_a_forged_fix_as_none(copy: Path) -> None:
     reads that case's own sealed verdict."""
     from xconf.fix.service import publish
     from xconf.report.build import build_report
+    from xconf.report.html import render_html
 
     failing = _case(copy, "rollout.dtype=bfloat16")
     attempt = sorted((copy / "cases" / failing).iterdir())[-1].name
@@ -163,6 +164,9 @@ def test_the_report_shows_a_forged_fix_as_none(copy: Path) -> None:
         "line": "verified fix: training.align.all=vllm (0 of 40 over the threshold; 40 bitwise)",
     }
     publish(copy, failing, attempt, document)
-    (fix,) = build_report(copy).fixes
+    data = build_report(copy)
+    (fix,) = data.fixes
     assert fix["verified"] is False
     assert fix["line"].startswith("not a verified fix: the record names case")
+    page = render_html(data)
+    assert 'id="fix"' in page and 'data-fix-line="none"' in page and "<b>verified fix:" not in page
