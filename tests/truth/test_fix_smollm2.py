@@ -2,7 +2,8 @@
 agree, and proves it by a case that passes.
 
 ``+experiment=s2_smollm2`` (what ``make run`` scores: SmolLM2-135M-Instruct, 24 chat prompts,
-here 8 frozen tokens each to stay quick), its float32 baseline alone, through the real
+here 8 frozen tokens each to stay quick, and an identity that allows the training side a KV
+cache, as s2_smollm2_arms declares), its float32 baseline alone, through the real
 ``xconf-run``; then ``xconf fix`` on the baseline through the real CLI. The search localizes
 the baseline, tries the arms from its first divergent module on as sealed cases of the run,
 and ends with "verified fix: ..." naming a case whose own sealed verdict passed the
@@ -30,6 +31,11 @@ OVERRIDES = [
     "+experiment=s2_smollm2",
     "runtime=vllm_hf",
     "identity.recipe.response_len=8",
+    # The search's last step, the full arm in the rollout engine's step shapes, attends over
+    # a KV cache on the training side: only an identity that allows it may run it (what
+    # s2_smollm2_arms declares; make run's s2_smollm2 forbids it, and its search then stops at
+    # the teacher-forced full arm). Which step passes is read from the record, not assumed.
+    "identity.cache_metadata.training_kv_cache=allowed",
     "interventions=[]",
 ]
 
