@@ -42,15 +42,26 @@ LADDER = [
 ]
 
 
-def _plant_norm(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transformers.models.llama import modeling_llama
+# arch -> (its modeling module, its RMS norm class): the plant's place in each.
+NORMS = {
+    "llama": ("transformers.models.llama.modeling_llama", "LlamaRMSNorm"),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2RMSNorm"),
+    "qwen3": ("transformers.models.qwen3.modeling_qwen3", "Qwen3RMSNorm"),
+    "mistral": ("transformers.models.mistral.modeling_mistral", "MistralRMSNorm"),
+}
 
-    original = modeling_llama.LlamaRMSNorm.forward
+
+def _plant_norm(monkeypatch: pytest.MonkeyPatch, arch: str = "llama") -> None:
+    import importlib
+
+    module, name = NORMS[arch]
+    norm = getattr(importlib.import_module(module), name)
+    original = norm.forward
 
     def scaled(self, hidden_states):  # type: ignore[no-untyped-def]
         return original(self, hidden_states) * SCALE
 
-    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", scaled)
+    monkeypatch.setattr(norm, "forward", scaled)
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +202,28 @@ def test_fix_true_on_a_drift_no_arm_computes(
     ), line
     assert "no arm removes the drift" in shown
     assert any("forbids the training side a KV cache" in n for n in record["notes"])
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "mistral"])
+def test_the_same_search_on_other_architectures(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen2, Qwen3 (whose attention normalizes q and k too) and Mistral, each made with
+    transformers' own classes: the planted norm drift is removed by the full arm only, and the
+    search says so with a verified fix."""
+    from xconf.artifacts.fix_record import latest
+    from xconf.cli.main import main
+
+    ckpt = write_checkpoint(arch, tmp_path / arch)
+    _plant_norm(monkeypatch, arch)
+    out = tmp_path / "out"
+    argv = [*OVERRIDES, f"runtime.model.path={ckpt}", f"output_root={out}"]
+    assert run_xconf(argv, monkeypatch, tmp_path / "cwd") == 1
+    run = out / "s2-cpu"
+    base = _baseline(run)
+    assert main(["fix", str(run), base]) == 0
+    record = latest(run, base)
+    assert record is not None and record["verified"] is not None, record and record["line"]
+    assert record["verified"]["label"] == "training.align.all=vllm", record["line"]
+    assert all(s["result"] == "fail" for s in record["steps"][:-1]), record["steps"]
+    assert record["line"].startswith("verified fix: training.align.all=vllm (0 of ")
