@@ -18,7 +18,8 @@ PLAN_SCHEMA = "xconf.plan.v1"
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 Strategy = Literal["one_at_a_time", "pairwise"]
-CaseKind = Literal["baseline", "one_at_a_time", "pairwise"]
+# "fix": a case the fix search added to a finished run (xconf.fix), sealed as a plan extension.
+CaseKind = Literal["baseline", "one_at_a_time", "pairwise", "fix"]
 ScoringMode = Literal["decode", "prefill"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from itertools import product
+from typing import Any
 
 from xconf.canonical import canonical_digest
 from xconf.config.strict import THRESHOLD_KEYS
@@ -42,13 +43,33 @@ def case_id_for(
                 ("training", spec.operators.training),
             )
         }
+    return case_id_from(
+        knobs,
+        operators=operators,
+        identity_sha256=spec.identity.digest(),
+        contract=(contract.version, contract.sha256),
+        scenario=(spec.scenario_id, spec.scenario.to_dict()),
+    )
+
+
+def case_id_from(
+    knobs: dict[str, KnobValue],
+    *,
+    operators: dict[str, Any] | None,
+    identity_sha256: str,
+    contract: tuple[str, str],
+    scenario: tuple[str, dict[str, Any]],
+) -> str:
+    """:func:`case_id_for` from what a run directory records (experiment.json's identity
+    digest, contract and scenario): a later step adds cases of the same experiment with the
+    ids its plan would have given them."""
     digest = canonical_digest(
         {
             "knobs": knobs,
             "operators": operators,
-            "identity": spec.identity.digest(),
-            "contract": [contract.version, contract.sha256],
-            "scenario": [spec.scenario_id, spec.scenario.to_dict()],
+            "identity": identity_sha256,
+            "contract": list(contract),
+            "scenario": [scenario[0], scenario[1]],
         }
     )
     return f"c-{digest[:16]}"

@@ -49,7 +49,7 @@ from xconf.artifacts.layout import (
     read_json,
     read_plan_lines,
 )
-from xconf.artifacts.plan_seal import plan_seal_problem, sealed_rows
+from xconf.artifacts.plan_seal import extensions, plan_seal_problem, sealed_rows
 from xconf.artifacts.seal import Partial, sealed_result
 from xconf.artifacts.store import AttemptCheck, ExperimentStore
 from xconf.errors import ArtifactError
@@ -245,6 +245,8 @@ def _planned(store: ExperimentStore, add: Callable[[Finding], None]) -> set[str]
                 planned.add(row["case_id"])
     except ArtifactError as exc:
         add(Finding("-", "-", "damaged", None, f"plan.jsonl: [{exc.code}] {exc.message}"))
+    # Cases a later step added (the fix search); a damaged extension is the plan seal's finding.
+    planned.update(str(r["case_id"]) for r in extensions(store.path).rows if "case_id" in r)
     return planned
 
 

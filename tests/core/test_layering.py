@@ -66,7 +66,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("adapters", ("xconf.adapters", "xconf.launchers")),
     ("report", ("xconf.report",)),
     ("service", ("xconf.session", "xconf.sweep", "xconf.sweep_service")),
-    ("features", ("xconf.localize", "xconf.inloop")),
+    ("features", ("xconf.localize", "xconf.inloop", "xconf.fix")),
     ("plugins", ("hydra_plugins",)),
     ("front_ends", ("xconf.cli",)),
     ("facade", ("xconf",)),

@@ -1,4 +1,5 @@
-"""The sealed plan: plan.jsonl written once, its SHA-256 recorded in experiment.json.
+"""The sealed plan: plan.jsonl written once, its SHA-256 recorded in experiment.json, and its
+sealed extensions (cases added later: :mod:`xconf.artifacts.plan_extension`).
 
 Swapping or editing plan rows would relabel verdicts in the report, so the plan is sealed like
 an attempt: run, verify and report recompute its digest (reading it without following a
@@ -22,6 +23,7 @@ from xconf.artifacts.layout import (
     read_plan_lines,
     read_regular,
 )
+from xconf.artifacts.plan_extension import Extensions, extension_rows
 from xconf.errors import ArtifactError
 
 PLAN_DIGEST_KEY = "plan_sha256"
@@ -58,7 +60,48 @@ def plan_seal_problem(experiment_dir: Path) -> str | None:
     if plan_digest(data) != sealed:
         return f"{PLAN_NAME} does not match the digest sealed in experiment.json"
     rows = [r for _, r in read_plan_lines(experiment_dir / PLAN_NAME) if isinstance(r, dict)]
-    return rows_problem(rows)
+    added = extensions(experiment_dir)
+    if added.problems:
+        return added.problems[0]
+    return _duplicate_problem(rows, added.rows) or rows_problem([*rows, *added.rows])
+
+
+def extensions(experiment_dir: Path) -> Extensions:
+    """The sealed extensions of the run's plan (:mod:`xconf.artifacts.plan_extension`), read
+    against the header's experiment id and plan digest."""
+    try:
+        header_bytes = read_regular(experiment_dir / HEADER_NAME)
+        header = json.loads(header_bytes.decode("utf-8")) if header_bytes is not None else None
+    except (ArtifactError, ValueError, UnicodeDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        return Extensions((), ())
+    experiment_id = header.get("experiment_id")
+    digest = header.get(PLAN_DIGEST_KEY)
+    return extension_rows(
+        experiment_dir,
+        experiment_id if isinstance(experiment_id, str) else "",
+        digest if isinstance(digest, str) else None,
+    )
+
+
+def _duplicate_problem(
+    rows: Sequence[Mapping[str, Any]], added: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """An extension row naming a case id the plan (or an earlier extension) holds with other
+    knobs, operators or changes: one of the two was edited (None: each id has one row)."""
+    seen = {r.get("case_id"): r for r in rows}
+    for row in added:
+        before = seen.get(row.get("case_id"))
+        if before is not None and any(
+            before.get(k) != row.get(k) for k in ("knobs", "operators", "changed")
+        ):
+            return (
+                f"a plan extension lists case {row.get('case_id')!r} with other knobs than "
+                f"{PLAN_NAME} or an earlier extension"
+            )
+        seen.setdefault(row.get("case_id"), row)
+    return None
 
 
 def rows_problem(rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -88,10 +131,13 @@ def sealed_rows(experiment_dir: Path) -> dict[str, dict[str, Any]]:
     problem = plan_seal_problem(experiment_dir)
     if problem is not None:
         raise ArtifactError("artifacts.plan_seal", problem, str(experiment_dir / PLAN_NAME))
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for _, row in read_plan_lines(experiment_dir / PLAN_NAME):  # bounded, depth-limited parse
         if isinstance(row, dict) and isinstance(row.get("case_id"), str):
             rows[row["case_id"]] = row
+    for row in extensions(experiment_dir).rows:  # cases added later (the fix search)
+        if isinstance(row.get("case_id"), str):
+            rows.setdefault(row["case_id"], row)
     return rows
 
 

@@ -27,11 +27,14 @@ from xconf.artifacts.layout import (
     read_plan_lines,
     read_regular,
 )
+from xconf.artifacts.plan_extension import EXTENSIONS_DIR, extension_seal
+from xconf.artifacts.plan_extension import FILES as EXTENSION_FILES
 from xconf.artifacts.plan_seal import (
     PLAN_DIGEST_KEY,
     plan_bytes,
     plan_difference,
     plan_digest,
+    rows_problem,
     sealed_rows,
 )
 from xconf.artifacts.safe_io import (
@@ -208,6 +211,41 @@ class ExperimentStore:
                     "root) for this plan",
                     "experiment_id",
                 )
+
+    def extend_plan(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Seal ``rows`` as a plan extension (:mod:`xconf.artifacts.plan_extension`) of this
+        run's sealed plan, so they are cases of the same experiment; a row the plan (or an
+        extension) already holds is not added again. Returns the case ids added.
+
+        Raises ``artifacts.plan_seal`` when the run's plan is not sealed, and
+        ``artifacts.experiment_conflict`` when a row names a planned case id with other
+        knobs or would break the plan's rules (its changes against the baseline)."""
+        with self._locked() as directory:
+            existing = sealed_rows(self.path)  # raises when the plan (or an extension) is damaged
+            conflict = plan_difference(existing, [r for r in rows if r["case_id"] in existing])
+            new = [dict(r) for r in rows if r["case_id"] not in existing]
+            problem = conflict or rows_problem([*existing.values(), *new])
+            if problem is not None:
+                raise ArtifactError(
+                    "artifacts.experiment_conflict",
+                    f"cannot extend the plan of '{self.experiment_id}': {problem}",
+                    str(self.path / PLAN_NAME),
+                )
+            if not new:
+                return []
+            header = read_json(self.path / HEADER_NAME)
+            base = header.get(PLAN_DIGEST_KEY) if isinstance(header, dict) else None
+            data = plan_bytes(new)
+
+            def payload(extension_id: str, name: str) -> bytes:
+                return data
+
+            def seal(extension_id: str, digests: Mapping[str, str]) -> dict[str, Any]:
+                return extension_seal(self.experiment_id, extension_id, str(base), digests)
+
+            with real_dir(directory.path, EXTENSIONS_DIR) as parent:
+                publish_sealed(parent, EXTENSION_FILES, payload, seal)
+            return [str(r["case_id"]) for r in new]
 
     def planned_case_ids(self) -> set[str]:
         """Case ids of plan.jsonl; a torn or hostile line (an interrupted append) is skipped."""

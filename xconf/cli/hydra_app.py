@@ -37,16 +37,17 @@ def _outcome(cfg: DictConfig, overrides: list[str], runtime_choice: str | None) 
         if cfg.mode == "plan":
             output_root = hydra.utils.to_absolute_path(str(cfg.output_root))
             return session.plan(spec, output_root=output_root, view=view, runtime=cfg.runtime)
+        from xconf.cli import fix
         from xconf.cli.localize import after_verdict
 
+        hooks = after_verdict(bool(cfg.get("localize")), view.localized, view.localize_failed)
         return session.run(
             spec,
             OmegaConf.to_container(cfg.runtime, resolve=True),  # type: ignore[arg-type]
             session.RunOptions.from_config(cfg),
             view=view,
-            after_verdict=after_verdict(
-                bool(cfg.get("localize")), view.localized, view.localize_failed
-            ),
+            # localize first: the fix search reads the baseline's sealed localization
+            after_verdict=(*hooks, *fix.after_verdict(bool(cfg.get("fix")), view.console)),
         )
 
     return session.guarded(step)

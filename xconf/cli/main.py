@@ -1,4 +1,5 @@
-"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`."""
+"""The plain CLI: `xconf plan`, `xconf run`, `xconf verify`, `xconf report`, `xconf localize`,
+`xconf fix`."""
 
 from __future__ import annotations
 
@@ -72,12 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
     sub.add_parser("report", help="render a run directory as HTML, JSON or CSV", add_help=False)
     from xconf.cli import check_model, judge, make_checkpoint
+    from xconf.cli import fix as fix_cli
     from xconf.cli import localize as localize_cli
 
     make_checkpoint.add_parser(sub)
     check_model.add_parser(sub)
     judge.add_parser(sub)
     localize_cli.add_parser(sub)
+    fix_cli.add_parser(sub)
     return parser
 
 
@@ -154,6 +157,12 @@ def _localize(args: argparse.Namespace, view: ConsoleView) -> Outcome:
     return localize_cli.step(args, view)
 
 
+def _fix(args: argparse.Namespace, view: ConsoleView) -> Outcome:
+    from xconf.cli import fix as fix_cli
+
+    return fix_cli.step(args, view)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
@@ -179,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "make-checkpoint": _make_checkpoint,
         "check-model": _check_model,
         "localize": _localize,
+        "fix": _fix,
     }[args.command]
     view = ConsoleView()
     return session.guarded(lambda: step(args, view)).exit_code

@@ -20,6 +20,7 @@ APP_KEYS = frozenset(
         "case_timeout_s",
         "verbose",
         "localize",
+        "fix",
     }
 )
 KNOB_ROOTS = ("batch", "rollout", "training", "logp")
@@ -66,7 +67,7 @@ def reject_config_set_cli_keys(
 
 # Switches that must be real booleans: `resume=no`, `off` or `'false'` are strings, and
 # bool() of a non-empty string is True (a "no" would resume).
-BOOLEAN_KEYS = ("resume", "reuse_sides", "verbose", "localize")
+BOOLEAN_KEYS = ("resume", "reuse_sides", "verbose", "localize", "fix")
 
 
 def check_app_values(cfg: DictConfig) -> None:

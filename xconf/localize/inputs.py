@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.artifacts.layout import parse_json, read_plan_lines, read_regular
+from xconf.artifacts.plan_seal import extensions
 from xconf.artifacts.store import ExperimentStore
 from xconf.config.identity import parse_identity
 from xconf.errors import ArtifactError, XconfError
@@ -38,11 +39,14 @@ class RunInputs:
 def _plan_rows(store: ExperimentStore) -> list[dict[str, Any]]:
     if read_regular(store.path / "plan.jsonl") is None:
         raise LocalizeError("localize.no_plan", "the run has no plan.jsonl", str(store.path))
-    return [  # the bounded reader: a torn or hostile line is skipped, never parsed unbounded
+    rows = [  # the bounded reader: a torn or hostile line is skipped, never parsed unbounded
         row
         for _, row in read_plan_lines(store.path / "plan.jsonl")
         if isinstance(row, dict) and isinstance(row.get("case_id"), str)
     ]
+    # Cases added later (the fix search's arms), sealed as plan extensions.
+    rows += [r for r in extensions(store.path).rows if isinstance(r.get("case_id"), str)]
+    return rows
 
 
 def case_from_row(row: dict[str, Any], where: str) -> Case:

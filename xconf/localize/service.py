@@ -50,6 +50,13 @@ BASELINE_FLOOR_DEFINITION = (
 )
 
 
+OWN_FLOOR_DEFINITION = (
+    "the case against its own repeat floors (as the baseline is localized): per tap, the "
+    "larger of each of the case's sides scored twice; a tap diverges when the case's "
+    f"rollout-vs-training relative L2 difference exceeds {FACTOR:g} x max(floor, {MIN_FLOOR:g})"
+)
+
+
 FAILING = ("fail",)  # results whose drift localize explains (errors have no activations)
 
 
@@ -85,13 +92,19 @@ def localize_case(
     adapter: Any = None,
     runtime: str | None = None,
     output: OutputPolicy | None = None,
+    own_floor: bool = False,
 ) -> Localization:
     """Localize ``case_id`` of ``run_dir`` with ``adapter``; without one, a fresh runtime of
     config ``runtime`` (``conf/runtime/NAME.yaml``), by default the one the run used.
 
     ``output``: the engines' own output goes to the run's ``xconf.log`` as in a run (the
     run directory is known to be one by then); None leaves it where it is (``--localize``
-    after a run, which captures it already)."""
+    after a run, which captures it already).
+
+    ``own_floor``: measure the floor on the case itself, as the baseline is localized (where
+    do the two engines start to disagree *at this case's settings*), instead of on the
+    baseline; the fix search asks it of the full arm's case, whose drift is below the
+    baseline's own."""
     started = time.perf_counter()
     inputs = load_inputs(Path(run_dir), case_id)
     check_replayable(inputs.case)
@@ -107,7 +120,7 @@ def localize_case(
         shape = model_shape(adapter)
         layers = shape.layers
         tap_list = taps(layers)
-        base, case = inputs.baseline, inputs.case
+        base, case = (inputs.case if own_floor else inputs.baseline), inputs.case
         passes = 4 if case.case_id == base.case_id else 6
         selection = select(
             frozen,
@@ -146,7 +159,8 @@ def localize_case(
         "experiment_id": inputs.store.experiment_id,
         "case_id": case.case_id,
         "attempt_id": inputs.attempt_id,
-        "baseline_case_id": base.case_id,
+        "baseline_case_id": inputs.baseline.case_id,
+        "floor_case_id": base.case_id,  # whose passes measured the floor (own_floor: the case)
         "changed": dict(case.changed),
         "identity_sha256": frozen.digest(),
         "runtime_kind": inputs.runtime_kind,
@@ -166,7 +180,9 @@ def localize_case(
         },
         "factor": FACTOR,
         "min_floor": MIN_FLOOR,
-        "floor_definition": BASELINE_FLOOR_DEFINITION
+        "floor_definition": OWN_FLOOR_DEFINITION
+        if own_floor and case.case_id != inputs.baseline.case_id
+        else BASELINE_FLOOR_DEFINITION
         if case.case_id == base.case_id
         else FLOOR_DEFINITION,
         "taps": [_tap_row(r, names, flavours) for r in results],

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from xconf.report import attribution, stats
+from xconf.report.fix_section import fix_sections
 from xconf.report.loader import RunRecord, StoredCase, load_run
 from xconf.report.model import (
     REPORT_SCHEMA,
@@ -79,6 +80,7 @@ def build_report(
         contracts=_contracts(ordered),
         problems=run.problems,
         headline=attribution.headline(baseline, rows, ranking),
+        fixes=fix_sections(run.run_dir, ordered),
     )
 
 

@@ -26,7 +26,7 @@ from xconf.artifacts.layout import (
     read_plan_lines,
     read_regular,
 )
-from xconf.artifacts.plan_seal import plan_seal_problem
+from xconf.artifacts.plan_seal import extensions, plan_seal_problem
 from xconf.errors import ArtifactError
 from xconf.experiment import is_safe_id
 from xconf.report.errors import ReportError
@@ -245,6 +245,8 @@ def load_payload(attempt_dir: Path) -> AttemptPayload:
 
 
 def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
+    """plan.jsonl's rows, then the rows of its sealed extensions (cases the fix search added;
+    a damaged extension is the plan seal's problem)."""
     rows: list[PlanRow] = []
     problems: list[str] = []
     if not os.path.lexists(path):
@@ -253,6 +255,7 @@ def _parse_plan(path: Path) -> tuple[tuple[PlanRow, ...], list[str]]:
         lines = list(read_plan_lines(path))
     except ArtifactError as exc:  # a symlink, FIFO or oversized plan: recorded, never read
         return (), [f"plan.jsonl is not readable: {exc.message}"]
+    lines += [(0, row) for row in extensions(path.parent).rows]
     for number, row in lines:
         if isinstance(row, ArtifactError):
             problems.append(f"plan.jsonl line {number} does not parse: {row.message}")

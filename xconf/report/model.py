@@ -251,6 +251,9 @@ class ReportData:
     contracts: tuple[ContractUse, ...]
     problems: tuple[str, ...]
     headline: Headline | None = None
+    # The fix searches (``xconf fix``) of the run, each checked against its cases
+    # (``report/fix_section.py``).
+    fixes: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def baseline(self) -> CaseReport | None:
