@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import attempt_number, read_json
-from xconf.artifacts.seal import Damaged, file_problems, read_seal
+from xconf.artifacts.layout import read_json
+from xconf.artifacts.seal import Damaged, file_problems, newest_sealed, read_seal
 from xconf.errors import XconfError
 
 FIX_DIR = "fix"
@@ -44,22 +44,7 @@ def sealed_document(path: Path) -> dict[str, Any] | None:
 
 def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
     """The newest fix record of ``case_id`` whose seal verifies, or None."""
-    root = run_path / FIX_DIR / case_id
-    if root.is_symlink() or not root.is_dir():
-        return None
-    found: list[tuple[str, int, Path]] = []
-    for attempt in root.iterdir():
-        if attempt.is_symlink() or not attempt.is_dir():
-            continue
-        for entry in attempt.iterdir():
-            number = attempt_number(entry.name)
-            if number is not None and not entry.is_symlink():
-                found.append((attempt.name, number, entry))
-    for _, _, path in sorted(found, reverse=True):
-        document = sealed_document(path)
-        if document is not None:
-            return document
-    return None
+    return newest_sealed(run_path / FIX_DIR / case_id, sealed_document)
 
 
 def all_latest(run_path: Path) -> list[dict[str, Any]]:

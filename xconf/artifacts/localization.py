@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import attempt_number, read_json
-from xconf.artifacts.seal import Damaged, file_problems, read_seal
+from xconf.artifacts.layout import read_json
+from xconf.artifacts.seal import Damaged, file_problems, newest_sealed, read_seal
 from xconf.errors import XconfError
 
 LOCALIZE_DIR = "localize"
@@ -52,18 +52,4 @@ def _sealed_document(path: Path) -> dict[str, Any] | None:
 def latest(run_path: Path, case_id: str) -> dict[str, Any] | None:
     """The newest localization of ``case_id`` whose seal verifies, or None (torch-free); a
     recorded failure (``status: "error"``) counts: it is the newest answer."""
-    root = run_path / LOCALIZE_DIR / case_id
-    if root.is_symlink() or not root.is_dir():
-        return None
-    found: list[tuple[str, str, Path]] = []
-    for attempt in root.iterdir():
-        if attempt.is_symlink() or not attempt.is_dir():
-            continue
-        for entry in attempt.iterdir():
-            if attempt_number(entry.name) is not None and not entry.is_symlink():
-                found.append((attempt.name, entry.name, entry))
-    for _, _, path in sorted(found, reverse=True):
-        document = _sealed_document(path)
-        if document is not None:
-            return document
-    return None
+    return newest_sealed(run_path / LOCALIZE_DIR / case_id, _sealed_document)

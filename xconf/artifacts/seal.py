@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from xconf.artifacts.layout import (
     SEAL_KEYS,
     SEAL_NAME,
     SEAL_SCHEMA,
+    attempt_number,
     parse_json,
     read_json,
     read_regular,
@@ -75,6 +76,28 @@ def execution_key(state: AttemptState) -> str | None:
 
 def sealed_result(state: AttemptState) -> str | None:
     return _str_field(state.seal if not isinstance(state, Partial) else None, "result")
+
+
+def newest_sealed(
+    root: Path, document: Callable[[Path], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """The newest record under ``root/<attempt_id>/a-NNNN/`` (a localization, a fix search)
+    that ``document`` accepts (its seal verifies), or None; links are never followed."""
+    if root.is_symlink() or not root.is_dir():
+        return None
+    found: list[tuple[str, int, Path]] = []
+    for attempt in root.iterdir():
+        if attempt.is_symlink() or not attempt.is_dir():
+            continue
+        for entry in attempt.iterdir():
+            number = attempt_number(entry.name)
+            if number is not None and not entry.is_symlink():
+                found.append((attempt.name, number, entry))
+    for _, _, path in sorted(found, reverse=True):
+        accepted = document(path)
+        if accepted is not None:
+            return accepted
+    return None
 
 
 def read_seal(path: Path) -> Mapping[str, Any] | Damaged:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from xconf.cli.localize import add_case_arguments
 
 if TYPE_CHECKING:  # only argparse at module level: `xconf --help` imports this module
     from rich.console import Console
@@ -26,18 +27,7 @@ def add_parser(sub: Any) -> None:
         "case of the run, from the case's first divergent module on; ends with a verified fix "
         "or what the full arm leaves",
     )
-    parser.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    parser.add_argument("case_id", help="a failing case id from plan.jsonl (the verdict table)")
-    parser.add_argument(
-        "--runtime",
-        default=None,
-        help="runtime config (conf/runtime/NAME.yaml); default: the one the run used",
-    )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show the engines' own output here instead of appending it to the run's xconf.log",
-    )
+    add_case_arguments(parser, "a failing case id from plan.jsonl (the verdict table)")
 
 
 def step_line(outcome: StepOutcome) -> Text:

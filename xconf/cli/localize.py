@@ -25,8 +25,13 @@ def add_parser(sub: Any) -> None:
         help="score a case's frozen tokens again with taps on every module and report the "
         "first layer whose drift rises above the baseline's noise floor",
     )
+    add_case_arguments(parser, "a case id from plan.jsonl (the verdict table shows it)")
+
+
+def add_case_arguments(parser: Any, case_help: str) -> None:
+    """The arguments of a command that works on one case of a sealed run (localize, fix)."""
     parser.add_argument("run_dir", type=Path, help="<output root>/<experiment_id>")
-    parser.add_argument("case_id", help="a case id from plan.jsonl (the verdict table shows it)")
+    parser.add_argument("case_id", help=case_help)
     parser.add_argument(
         "--runtime",
         default=None,
