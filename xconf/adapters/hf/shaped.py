@@ -80,11 +80,31 @@ class Shaping:
         function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
         return RequestCaches(function, implementation) if self.decode else WholeBatch(function)
 
-    def _forward(self, model: Any, step: Step, ids: Any, mask: Any, whole: bool) -> Any:
+    def _forward(
+        self,
+        model: Any,
+        step: Step,
+        ids: Any,
+        mask: Any,
+        whole: bool,
+        samples: Sequence[FrozenSample] = (),
+    ) -> Any:
         """One step: the model's own forward and its logits [B, T, V] (``whole``: a full
-        forward, as the plain scorer calls it), or the decoder's hidden states [B, T, H]."""
+        forward, as the plain scorer calls it, of ``samples``), or the decoder's hidden
+        states [B, T, H]. Under the attention arm a full forward's attention is computed in
+        the rollout engine's steps (``PagedAttention.begin_rollout_steps``): vLLM's CPU
+        scheduler splits a query's keys by the step it is in, so one prefill of the whole
+        sequence gives some rows other bits than the decode steps the rollout ran."""
         if isinstance(step.attention, VllmPaged):
-            step.attention.paged.begin_step(step.counts, step.requests)
+            paged = step.attention.paged
+            if whole:
+                paged.begin_rollout_steps(
+                    [len(s.prompt_ids) for s in samples],
+                    [len(s.response_ids) for s in samples],
+                    step.requests,
+                )
+            else:
+                paged.begin_step(step.counts, step.requests)
         run = model if whole else model.get_decoder()
         with entered(step):
             out = run(
@@ -118,7 +138,7 @@ class Shaping:
         rows, cols = laid.rows, laid.cols
         core = self._core(model, samples)
         step = Step(laid.positions, rows, cols, tuple(lengths), core, tuple(range(len(samples))))
-        logits = self._forward(model, step, laid.ids, laid.mask, whole=True)
+        logits = self._forward(model, step, laid.ids, laid.mask, whole=True, samples=samples)
         # the response positions: column c + t predicts token t + 1 of its sample
         where = [
             (r, t)
