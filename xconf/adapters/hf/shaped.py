@@ -87,20 +87,21 @@ class Shaping:
         ids: Any,
         mask: Any,
         whole: bool,
-        samples: Sequence[FrozenSample] = (),
+        samples: Sequence[FrozenSample],
     ) -> Any:
         """One step: the model's own forward and its logits [B, T, V] (``whole``: a full
-        forward, as the plain scorer calls it, of ``samples``), or the decoder's hidden
-        states [B, T, H]. Under the attention arm a full forward's attention is computed in
-        the rollout engine's steps (``PagedAttention.begin_rollout_steps``): vLLM's CPU
-        scheduler splits a query's keys by the step it is in, so one prefill of the whole
-        sequence gives some rows other bits than the decode steps the rollout ran."""
+        forward, as the plain scorer calls it), or the decoder's hidden states [B, T, H];
+        request ``r`` of the step is ``samples[step.requests[r]]``. Under the attention arm
+        a full forward's attention is computed in the rollout engine's steps
+        (``PagedAttention.begin_rollout_steps``): vLLM's CPU scheduler splits a query's keys
+        by the step it is in, so one prefill of the whole sequence gives some rows other bits
+        than the decode steps the rollout ran."""
         if isinstance(step.attention, VllmPaged):
             paged = step.attention.paged
             if whole:
                 paged.begin_rollout_steps(
-                    [len(s.prompt_ids) for s in samples],
-                    [len(s.response_ids) for s in samples],
+                    [len(samples[r].prompt_ids) for r in step.requests],
+                    [len(samples[r].response_ids) for r in step.requests],
                     step.requests,
                 )
             else:
@@ -138,7 +139,7 @@ class Shaping:
         rows, cols = laid.rows, laid.cols
         core = self._core(model, samples)
         step = Step(laid.positions, rows, cols, tuple(lengths), core, tuple(range(len(samples))))
-        logits = self._forward(model, step, laid.ids, laid.mask, whole=True, samples=samples)
+        logits = self._forward(model, step, laid.ids, laid.mask, True, samples)
         # the response positions: column c + t predicts token t + 1 of its sample
         where = [
             (r, t)
@@ -178,7 +179,7 @@ class Shaping:
         values: list[dict[int, float]] = [{} for _ in samples]
         tokens: list[int] = []
         for k in range(max(len(s.response_ids) for s in samples)):
-            hidden = self._forward(model, step, ids, None, whole=False)
+            hidden = self._forward(model, step, ids, None, False, samples)
             tokens.append(int(ids.numel()))
             live = step.requests  # the samples this step scored, in the step's row order
             targets = torch.tensor([samples[r].response_ids[k] for r in live])
