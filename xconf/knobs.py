@@ -10,9 +10,11 @@ from typing import Literal, get_args
 
 from xconf.runtime.readback import DERIVED_NAMES, ROLLOUT_PREFIX_CACHE_HITS
 
-KnobValue = bool | int | str
+KnobValue = bool | int | float | str
 Lifecycle = Literal["request", "engine_construction", "process"]
-ValueKind = Literal["positive_int", "bool", "dtype", "choice", "backend_id", "arm"]
+ValueKind = Literal[
+    "positive_int", "positive_float", "bool", "dtype", "choice", "backend_id", "arm"
+]
 
 # Lifecycles ordered from cheapest to most expensive to change.
 LIFECYCLE_ORDER: tuple[Lifecycle, ...] = ("request", "engine_construction", "process")
@@ -386,6 +388,19 @@ TRAINING_LOGITS_DTYPE = KnobSpec(
     tier="extended",
 )
 
+# The temperature the trainer divides its logits by before the log-softmax (verl's actor:
+# ``logits.div_(temperature)``); 1.0: the logits as the model computes them.
+TRAINING_TEMPERATURE = KnobSpec(
+    "training.temperature",
+    "engine_construction",
+    "positive_float",
+    "training",
+    "temperature the trainer divides its logits by before the log-softmax (1.0: none)",
+    tier="extended",
+)
+# The largest temperature a knob accepts: beyond it every logprob is about -log(vocabulary).
+MAX_TEMPERATURE = 100.0
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -420,6 +435,7 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             ROLLOUT_SCORING_MODE,
             ROLLOUT_LOGITS_DTYPE,
             TRAINING_LOGITS_DTYPE,
+            TRAINING_TEMPERATURE,
         )
     }
 )
@@ -450,6 +466,15 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         if raw > 4096:
             raise KnobValueError(f"{raw} is beyond any supported size (4096)")
         return raw
+    if spec.kind == "positive_float":
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise KnobValueError(f"expected a positive number, got {raw!r}")
+        value = float(raw)
+        if not math.isfinite(value) or value <= 0.0:
+            raise KnobValueError(f"expected a finite number above 0, got {raw!r}")
+        if value > MAX_TEMPERATURE:
+            raise KnobValueError(f"{raw} is beyond any meaningful temperature ({MAX_TEMPERATURE})")
+        return value
     if spec.kind == "bool":
         if not isinstance(raw, bool):
             raise KnobValueError(f"expected true or false, got {raw!r}")

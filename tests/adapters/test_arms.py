@@ -162,6 +162,7 @@ def _knobs(**changed: Any) -> dict[str, Any]:
         ("linear", {"rollout__tensor_parallel_size": 3}, "tensor-parallel over 3 ranks"),
         ("activation", {"rollout__dtype": "bfloat16"}, "rollout runs bfloat16"),
         ("attention", {"rollout__kv_cache_dtype": "fp8"}, "fp8"),
+        ("attention", {"rollout__scoring_mode": "prefill"}, "scoring_mode=prefill"),
         ("rms_norm", {"rollout__batch_invariant": True}, "batch-invariant"),
         ("logits", {"training__sharding": "fsdp"}, "FSDP2"),
     ],
@@ -234,6 +235,52 @@ def test_decode_shaped_scoring_equals_teacher_forcing_with_shape_independent_ker
     ):
         other = _scorer(path, KINDS, mode, remove_padding=packed).score(batch, size).logprobs
         assert torch.equal(full[active], other[active]), (arch, mode, packed, size)
+
+
+def test_a_full_forward_attends_in_the_rollout_s_decode_steps() -> None:
+    """The attention arm in a teacher-forced forward gives every token the bits of vLLM's
+    decode step that computed it: SmolLM2's heads (9 query, 3 KV, head size 64), the prompt
+    lengths of make run's second request (143, 149, 150, 146 tokens) and 96 response tokens,
+    random keys and values. vLLM's CPU scheduler splits a decode query's keys across threads
+    by the step's requests and lengths (``VLLM_CPU_ATTN_SPLIT_KV``), so two threads here (as
+    the run's): on the AVX-512 machine of docs/arms.md one prefill of the whole sequences
+    gives 12 of the third request's rows other bits (not asserted: it depends on the CPU; on
+    one thread there is nothing to split and one prefill gives the decode steps' bits)."""
+    import torch
+
+    from xconf.adapters.hf.align.kernels import PagedAttention
+
+    heads, kv_heads, dim, scale = 9, 3, 64, 0.125
+    prompts, responses = [143, 149, 150, 146], [96, 96, 96, 96]
+    lengths = [p + r for p, r in zip(prompts, responses, strict=True)]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        [torch.randn(n, h, dim, generator=g) for n in lengths] for h in (heads, kv_heads, kv_heads)
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        steps = PagedAttention(1, heads, kv_heads, dim, lengths, torch.float32)
+        steps.begin_rollout_steps(prompts, responses, [0, 1, 2, 3])
+        forward = steps(0, torch.cat(q), torch.cat(k), torch.cat(v), scale).split(lengths)
+        decode = PagedAttention(1, heads, kv_heads, dim, lengths, torch.float32)
+        decode.begin_step(prompts, [0, 1, 2, 3])
+        cut = [(x[:p], y[:p], z[:p]) for x, y, z, p in zip(q, k, v, prompts, strict=True)]
+        pq, pk, pv = (torch.cat([c[t] for c in cut]) for t in range(3))
+        rows = [[o] for o in decode(0, pq, pk, pv, scale).split(prompts)]
+        for j in range(1, 96):  # decode step j: the token at prompt + j - 1 of each request
+            decode.begin_step([1] * 4, [0, 1, 2, 3])
+            at = [p + j - 1 for p in prompts]
+            sq, sk, sv = (
+                torch.stack([x[i] for x, i in zip(t, at, strict=True)]) for t in (q, k, v)
+            )
+            out = decode(0, sq, sk, sv, scale)
+            for r in range(4):
+                rows[r].append(out[r : r + 1])
+    finally:
+        torch.set_num_threads(before)
+    for r in range(4):  # every row the rollout computed (all but each request's last token)
+        assert torch.equal(forward[r][:-1], torch.cat(rows[r])), r
 
 
 def test_decode_mode_reads_back_its_steps_and_kv_cache(checkpoints: dict[str, Path]) -> None:

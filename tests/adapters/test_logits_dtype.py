@@ -163,3 +163,62 @@ def test_vllm_builds_a_float32_head_and_reads_it_back(llama: Path) -> None:
     )
     assert (app.status, app.materialized) == ("applied", "float32")
     assert "head_dtype" in app.evidence
+
+
+def test_a_temperature_divides_the_trainer_s_logits_and_reads_back(llama: Path) -> None:
+    """``training.temperature=T``: the logprobs are the float32 log-softmax of the logits the
+    head returned divided by T (as verl's actor divides them), bitwise; no weight changes;
+    the divisor reads back from the forwards that ran (1.0 binds nothing)."""
+    import torch
+
+    from xconf.adapters.hf.handlers import TRAINING
+    from xconf.adapters.hf.readonly import state_digest
+    from xconf.knobs import TRAINING_TEMPERATURE
+    from xconf.runtime.protocol import knob_readback
+
+    batch = _batch()
+    active = torch.tensor(batch.layout()["active_mask"], dtype=torch.bool)
+    plain, hot = _scorer(llama), _scorer(llama, temperature=0.5)
+    assert state_digest(hot.model) == state_digest(plain.model)
+    assert knob_readback(TRAINING, "training", hot.live())[TRAINING_TEMPERATURE.path] is None
+    logits: list[Any] = []
+    hook = plain.model.get_output_embeddings().register_forward_hook(
+        lambda m, i, o: logits.append(o)
+    )
+    raw = plain.score(batch, 1).logprobs  # one sample per forward: no padding
+    hook.remove()
+    score = hot.score(batch, 1)
+    assert score.digest_before == score.digest_after
+    width = max(s.length for s in batch.samples)
+    by_hand = torch.zeros((len(batch.samples), width), dtype=torch.float32)
+    for r, (s, z) in enumerate(zip(batch.samples, logits, strict=True)):
+        logp = (z[0, :-1].float() / 0.5).log_softmax(dim=-1)
+        ids = torch.tensor(s.token_ids)
+        by_hand[r, : s.length - 1] = logp.gather(-1, ids[1:, None]).squeeze(-1)
+    assert torch.equal(score.logprobs[active], by_hand[active])
+    assert not torch.equal(raw[active], score.logprobs[active])
+    assert knob_readback(TRAINING, "training", hot.live())[TRAINING_TEMPERATURE.path] == 0.5
+    assert knob_readback(TRAINING, "training", plain.live())[TRAINING_TEMPERATURE.path] == 1.0
+
+
+@pytest.mark.parametrize("raw", [0, -1.0, float("nan"), float("inf"), 1000.0, True, "hot"])
+def test_a_temperature_that_is_no_positive_number_is_refused(raw: object) -> None:
+    from xconf.knobs import KNOBS, TRAINING_TEMPERATURE, KnobValueError, normalize_value
+
+    with pytest.raises(KnobValueError):
+        normalize_value(KNOBS[TRAINING_TEMPERATURE.path], raw)
+
+
+def test_a_temperature_reads_as_a_float_and_is_unsupported_on_fsdp() -> None:
+    from xconf.adapters.hf.handlers import TRAINING
+    from xconf.knobs import KNOBS, TRAINING_TEMPERATURE, normalize_value
+
+    spec = KNOBS[TRAINING_TEMPERATURE.path]
+    assert normalize_value(spec, 1) == 1.0 and isinstance(normalize_value(spec, 1), float)
+    handler = TRAINING[spec.path]
+    ok = handler.materialize(_request(spec.path, "training", 0.7))  # type: ignore[arg-type]
+    assert ok.status == "applied" and "divided by 0.7" in ok.evidence
+    fsdp = handler.materialize(
+        _request(spec.path, "training", 0.7, training__sharding="fsdp")  # type: ignore[arg-type]
+    )
+    assert fsdp.status == "unsupported" and "unsharded" in fsdp.evidence

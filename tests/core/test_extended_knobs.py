@@ -33,6 +33,7 @@ NEW_KNOBS = {
     "training.align.all": "engine_construction",
     "rollout.logits_dtype": "engine_construction",
     "training.logits_dtype": "engine_construction",
+    "training.temperature": "engine_construction",
 }
 # Megatron's training side's own (adapters/megatron/handlers.py); vllm_hf has no handler.
 MEGATRON_KNOBS = {

@@ -33,6 +33,7 @@ from xconf.knobs import (
     TRAINING_MASKED_SOFTMAX_FUSION,
     TRAINING_SCORING_MODE,
     TRAINING_SEQUENCE_PARALLEL,
+    TRAINING_TEMPERATURE,
     TRAINING_TENSOR_PARALLEL_SIZE,
 )
 from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog, Side
@@ -58,10 +59,10 @@ MEGATRON = frozenset(
     )
 )
 # The transformers training side's own knobs (the replacement arms, the scoring shape, the
-# head's dtype): Megatron's side has no handler for them.
+# head's dtype, the temperature): Megatron's side has no handler for them.
 HF_TRAINING = frozenset(
     {*(spec.path for spec in TRAINING_ALIGN.values()), TRAINING_ALIGN_ALL.path}
-    | {TRAINING_SCORING_MODE.path, TRAINING_LOGITS_DTYPE.path}
+    | {TRAINING_SCORING_MODE.path, TRAINING_LOGITS_DTYPE.path, TRAINING_TEMPERATURE.path}
 )
 # Each runtime's two sides, as conf/runtime/*.yaml pairs them.
 PAIRS: dict[str, tuple[SideSpec[Any, Any], SideSpec[Any, Any]]] = {

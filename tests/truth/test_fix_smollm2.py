@@ -33,11 +33,13 @@ OVERRIDES = [
     "identity.recipe.response_len=8",
     # The search's last step, the full arm in the rollout engine's step shapes, attends over
     # a KV cache on the training side: only an identity that allows it may run it (what
-    # s2_smollm2_arms declares; make run's s2_smollm2 forbids it, and its search then stops at
-    # the teacher-forced full arm). Which step passes is read from the record, not assumed:
-    # here (avx512_bf16) the teacher-forced full arm already passes, 192 of 192 bitwise; that
-    # relies on vLLM's kernels giving a row the same bits whatever else is in the forward,
-    # which docs/arms.md does not claim for every CPU, and the decode shape does not need.
+    # s2_smollm2_arms declares; make run's s2_smollm2 forbids it, and its search then ends at
+    # the teacher-forced full arm, which passes there at 96 tokens: docs/fix.md). Which step
+    # passes is read from the record, not assumed: here (avx512_bf16) the teacher-forced full
+    # arm already passes, 192 of 192 bitwise; that relies on vLLM's GEMM, norm and head
+    # kernels giving a row the same bits whatever else is in the forward (the attention arm
+    # attends in the rollout's own decode steps), which docs/arms.md does not claim for every
+    # CPU, and the decode shape does not need.
     "identity.cache_metadata.training_kv_cache=allowed",
     "interventions=[]",
 ]

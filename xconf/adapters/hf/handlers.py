@@ -41,6 +41,7 @@ from xconf.knobs import (
     TRAINING_REDUCE_DTYPE,
     TRAINING_REMOVE_PADDING,
     TRAINING_SHARDING,
+    TRAINING_TEMPERATURE,
     KnobValue,
     side_worlds,
 )
@@ -129,6 +130,18 @@ def _logits_dtype(request: KnobRequest) -> KnobApplication:
 
 LOGITS_DTYPE = KnobHandler(_logits_dtype, reads.logits_dtype)
 
+
+def _temperature(request: KnobRequest) -> KnobApplication:
+    if request.value == 1.0:
+        return request.applied("the logits as the model computes them (no temperature)")
+    if request.knobs.get(TRAINING_SHARDING.path, "unsharded") != "unsharded":
+        return request.unsupported("the logits are divided by a temperature on an unsharded model")
+    return request.applied(
+        f"the lm_head's logits divided by {request.value} before the log-softmax, as verl's "
+        "actor does (logits.div_(temperature)); the rollout's raw logprobs are never divided"
+    )
+
+
 TRAINING: Mapping[str, KnobHandler] = MappingProxyType(
     {
         BATCH_SIZE.path: CHUNKED_REQUESTS,
@@ -140,6 +153,7 @@ TRAINING: Mapping[str, KnobHandler] = MappingProxyType(
         TRAINING_REDUCE_DTYPE.path: KnobHandler(_mixed_precision, reads.reduce_dtype),
         TRAINING_REMOVE_PADDING.path: KnobHandler(_remove_padding, reads.remove_padding),
         TRAINING_LOGITS_DTYPE.path: LOGITS_DTYPE,
+        TRAINING_TEMPERATURE.path: KnobHandler(_temperature, reads.temperature),
         # the replacement arms and the scoring shape (align/handlers.py, docs/arms.md)
         **ALIGN_HANDLERS,
     }

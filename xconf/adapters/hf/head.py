@@ -1,5 +1,6 @@
 """The transformers scorer's lm_head dtype (``training.logits_dtype``, and ``rollout.logits_dtype``
-of hf_pair's reference scorer).
+of hf_pair's reference scorer), and the temperature the trainer divides its logits by
+(``training.temperature``).
 
 ``float32`` binds a forward to the loaded model's output embedding that casts the hidden
 states and the head's weight to float32 before the projection, as vLLM's LogitsProcessor does
@@ -15,7 +16,7 @@ import types
 from typing import Any
 
 from xconf.adapters.errors import UnsupportedKnobError
-from xconf.knobs import LOGITS_FLOAT32, LOGITS_MODEL, TRAINING_LOGITS_DTYPE
+from xconf.knobs import LOGITS_FLOAT32, LOGITS_MODEL, TRAINING_LOGITS_DTYPE, TRAINING_TEMPERATURE
 
 # Marks a head whose forward this module bound (``arm_counts`` and localize see a plain head).
 FLOAT32_HEAD = "_xconf_float32_head"
@@ -67,3 +68,40 @@ class HeadDtypes:
         if dtype == self._compute:
             return LOGITS_MODEL
         return LOGITS_FLOAT32 if dtype == LOGITS_FLOAT32 else None
+
+
+class Temperature:
+    """The logits divided by ``temperature`` after the head, whatever computes the head (the
+    model's own, a float32 one, the logits arm's), as verl's actor divides them
+    (``logits.div_(temperature)``) before its log-softmax; the divisor of every call is
+    recorded, so the knob reads back from the forwards that ran. 1.0 binds nothing."""
+
+    def __init__(self, model: Any, temperature: float) -> None:
+        self.temperature = temperature
+        self.seen: set[float] = set()
+        head = model.get_output_embeddings()
+        if temperature == 1.0:
+            return
+        if head is None:
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"{type(model).__name__} has no lm_head whose logits to divide",
+                TRAINING_TEMPERATURE.path,
+            )
+        computed = head.forward
+
+        def divided(hidden: Any) -> Any:
+            self.seen.add(temperature)
+            return computed(hidden) / temperature
+
+        head.forward = divided
+
+    def clear(self) -> None:
+        self.seen = set()
+
+    def reading(self) -> float | None:
+        """The divisor of the scored forwards' logits (1.0: nothing divides them; None: no
+        forward divided them yet)."""
+        if self.temperature == 1.0:
+            return 1.0
+        return next(iter(self.seen)) if len(self.seen) == 1 else None

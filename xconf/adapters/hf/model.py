@@ -20,6 +20,7 @@ from xconf.knobs import (
     TRAINING_LOGITS_DTYPE,
     TRAINING_SCORING_MODE,
     TRAINING_SHARDING,
+    TRAINING_TEMPERATURE,
     KnobValueError,
     canonical,
 )
@@ -79,6 +80,8 @@ class TrainingScorerConfig:
     align_all: str = _SETTINGS.align_all
     # The lm_head's dtype: ``model`` (the compute dtype) or ``float32`` (``head.py``).
     logits_dtype: str = _SETTINGS.logits_dtype
+    # The divisor of the logits before the log-softmax (``head.py``; 1.0: none).
+    temperature: float = _SETTINGS.temperature
 
     @classmethod
     def from_settings(cls, settings: HfSettings, **construction: Any) -> TrainingScorerConfig:
@@ -154,6 +157,18 @@ class TrainingScorerConfig:
                 "unsupported_value",
                 "a float32 lm_head is built on an unsharded model without the logits arm",
                 TRAINING_LOGITS_DTYPE.path,
+            )
+        if not (isinstance(self.temperature, int | float) and 0.0 < self.temperature < 1e9):
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                f"temperature {self.temperature!r}: a finite number above 0",
+                TRAINING_TEMPERATURE.path,
+            )
+        if self.temperature != 1.0 and sharding == "fsdp":
+            raise UnsupportedKnobError(
+                "unsupported_value",
+                "the logits are divided by a temperature on an unsharded model",
+                TRAINING_TEMPERATURE.path,
             )
         if sharding == "fsdp" and (self.align or self.scoring_mode != "full"):
             raise UnsupportedKnobError(

@@ -50,3 +50,9 @@ def logits_dtype(live: ScorerState) -> str | None:
     """What the lm_head returned in the last call: ``model`` or ``float32`` (None: nothing
     scored yet, or both)."""
     return live.logits_dtype
+
+
+def temperature(live: ScorerState) -> float | None:
+    """What the last call's logits were divided by before the log-softmax (1.0: nothing;
+    None: nothing scored yet)."""
+    return live.temperature

@@ -16,7 +16,7 @@ from typing import Any
 from xconf.adapters.errors import ScoringError
 from xconf.adapters.frozen import FrozenBatch, assemble_scores
 from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
-from xconf.adapters.hf.head import HeadDtypes, install_float32_head
+from xconf.adapters.hf.head import HeadDtypes, Temperature, install_float32_head
 from xconf.adapters.hf.layout import lay_out
 from xconf.adapters.hf.model import (
     ModelState,
@@ -194,6 +194,7 @@ class ScorerState:
     decode_ready: bool = False  # every attention module runs the decode mode's forward
     forward_tokens: tuple[tuple[int, ...], ...] = ()
     logits_dtype: str | None = None  # the head's outputs in the last call (``head.py``)
+    temperature: float | None = None  # what the last call's logits were divided by
 
     def readings(self) -> dict[str, Any]:
         """What the scorer reports beside its knobs (``runtime/readback`` names)."""
@@ -250,11 +251,13 @@ class HFTrainingScorer:
         if cfg.logits_dtype == LOGITS_FLOAT32:
             install_float32_head(self.model)
         self.head_dtypes = HeadDtypes(self.model)
+        self.temperature = Temperature(self.model, cfg.temperature)
 
     def score(
         self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
     ) -> TrainingScore:
         self.head_dtypes.clear()
+        self.temperature.clear()
         score = teacher_forced_scores(
             self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping
         )
@@ -284,4 +287,5 @@ class HFTrainingScorer:
             decode_ready(self.model),
             tuple(self.forward_tokens),
             self.head_dtypes.reading(),
+            self.temperature.reading(),
         )

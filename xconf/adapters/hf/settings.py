@@ -52,6 +52,9 @@ class HfSettings:
     logits_dtype: str = "model"
     """``training.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute
     dtype) or ``float32`` (hidden states and weight cast first, ``head.py``)."""
+    temperature: float = 1.0
+    """``training.temperature``: what the trainer divides its logits by before the
+    log-softmax (``head.py``; 1.0: the model's logits as they are)."""
 
 
 @dataclass(frozen=True)

@@ -80,11 +80,32 @@ class Shaping:
         function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
         return RequestCaches(function, implementation) if self.decode else WholeBatch(function)
 
-    def _forward(self, model: Any, step: Step, ids: Any, mask: Any, whole: bool) -> Any:
+    def _forward(
+        self,
+        model: Any,
+        step: Step,
+        ids: Any,
+        mask: Any,
+        whole: bool,
+        samples: Sequence[FrozenSample],
+    ) -> Any:
         """One step: the model's own forward and its logits [B, T, V] (``whole``: a full
-        forward, as the plain scorer calls it), or the decoder's hidden states [B, T, H]."""
+        forward, as the plain scorer calls it), or the decoder's hidden states [B, T, H];
+        request ``r`` of the step is ``samples[step.requests[r]]``. Under the attention arm
+        a full forward's attention is computed in the rollout engine's steps
+        (``PagedAttention.begin_rollout_steps``): vLLM's CPU scheduler splits a query's keys
+        by the step it is in, so one prefill of the whole sequence gives some rows other bits
+        than the decode steps the rollout ran."""
         if isinstance(step.attention, VllmPaged):
-            step.attention.paged.begin_step(step.counts, step.requests)
+            paged = step.attention.paged
+            if whole:
+                paged.begin_rollout_steps(
+                    [len(samples[r].prompt_ids) for r in step.requests],
+                    [len(samples[r].response_ids) for r in step.requests],
+                    step.requests,
+                )
+            else:
+                paged.begin_step(step.counts, step.requests)
         run = model if whole else model.get_decoder()
         with entered(step):
             out = run(
@@ -118,7 +139,7 @@ class Shaping:
         rows, cols = laid.rows, laid.cols
         core = self._core(model, samples)
         step = Step(laid.positions, rows, cols, tuple(lengths), core, tuple(range(len(samples))))
-        logits = self._forward(model, step, laid.ids, laid.mask, whole=True)
+        logits = self._forward(model, step, laid.ids, laid.mask, True, samples)
         # the response positions: column c + t predicts token t + 1 of its sample
         where = [
             (r, t)
@@ -158,7 +179,7 @@ class Shaping:
         values: list[dict[int, float]] = [{} for _ in samples]
         tokens: list[int] = []
         for k in range(max(len(s.response_ids) for s in samples)):
-            hidden = self._forward(model, step, ids, None, whole=False)
+            hidden = self._forward(model, step, ids, None, False, samples)
             tokens.append(int(ids.numel()))
             live = step.requests  # the samples this step scored, in the step's row order
             targets = torch.tensor([samples[r].response_ids[k] for r in live])

@@ -28,6 +28,7 @@ from xconf.knobs import (
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_LOGITS_DTYPE,
+    ROLLOUT_SCORING_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
     TRAINING_ALIGN,
     TRAINING_ALIGN_ALL,
@@ -106,6 +107,13 @@ def support(request: KnobRequest, kind: str | None) -> str | None:
         return (
             "the logits arm mirrors vLLM's lm_head in the model dtype; this case's rollout "
             f"casts it to float32 ({ROLLOUT_LOGITS_DTYPE.path}=float32)"
+        )
+    if kind == "attention" and knobs.get(ROLLOUT_SCORING_MODE.path) == "prefill":
+        return (
+            "the attention arm computes each response token's attention in the decode steps "
+            "the rollout ran (vLLM's CPU scheduler splits a query's keys by its step); this "
+            f"case's rollout scores the whole sequence as one prefill "
+            f"({ROLLOUT_SCORING_MODE.path}=prefill)"
         )
     if kind == "attention" and knobs.get(ROLLOUT_KV_CACHE_DTYPE.path, "auto") != "auto":
         cache = knobs.get(ROLLOUT_KV_CACHE_DTYPE.path)

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # vLLM's CPU KV block size (CpuPlatform.check_and_update_config: 128 unless the user sets one).
@@ -224,42 +225,96 @@ class PagedAttention:
         self.cached = [0] * len(per)  # tokens in each request's cache so far
 
     def begin_step(self, query_lens: Sequence[int], requests: Sequence[int]) -> None:
-        """The next forward: ``query_lens[i]`` new tokens of request ``requests[i]``."""
+        """The next forward: ``query_lens[i]`` new tokens of request ``requests[i]``, attended
+        in one kernel call (a decode step, or a full forward's one prefill)."""
+        self.slot_mapping = self._slots(query_lens, requests)
+        seq_lens = [self.cached[r] for r in requests]
+        self.schedule: tuple[_SubStep, ...] = (
+            self._sub_step(None, query_lens, seq_lens, requests),
+        )
+
+    def begin_rollout_steps(
+        self, prompts: Sequence[int], responses: Sequence[int], requests: Sequence[int]
+    ) -> None:
+        """The next forward holds every token of each request (a teacher-forced forward); its
+        attention is computed in the rollout engine's steps (forced decoding): the prompts as
+        one prefill, then step ``j`` the query at position ``prompt + j - 1`` of each request
+        whose response is longer than ``j`` (the requests and sequence lengths of vLLM's
+        decode step ``j``, so its scheduler splits each query's keys as it split them there),
+        then the last token of each request (a row that scores nothing). The keys and values
+        of the whole forward are written first; each query reads its sequence so far only."""
+        lengths = [p + r for p, r in zip(prompts, responses, strict=True)]
+        self.slot_mapping = self._slots(lengths, requests)
+        starts = [0]
+        for n in lengths:
+            starts.append(starts[-1] + n)
+        prompt_rows = [
+            row for i, p in enumerate(prompts) for row in range(starts[i], starts[i] + p)
+        ]
+        steps = [self._sub_step(prompt_rows, prompts, prompts, requests)]
+        for j in range(1, max(responses)):
+            live = [i for i, r in enumerate(responses) if j < r]
+            steps.append(
+                self._sub_step(
+                    [starts[i] + prompts[i] + j - 1 for i in live],
+                    [1] * len(live),
+                    [prompts[i] + j for i in live],
+                    [requests[i] for i in live],
+                )
+            )
+        last = [starts[i + 1] - 1 for i in range(len(lengths))]
+        steps.append(self._sub_step(last, [1] * len(lengths), lengths, requests))
+        self.schedule = tuple(steps)
+
+    def _slots(self, query_lens: Sequence[int], requests: Sequence[int]) -> Any:
+        """Where the forward's new keys and values go; the requests' caches grow by them."""
         import torch
-        import vllm.envs as envs
-        from vllm import _custom_ops as ops
 
         slots: list[int] = []
-        seq_lens: list[int] = []
         for r, n in zip(requests, query_lens, strict=True):
             for p in range(self.cached[r], self.cached[r] + n):
                 block = int(self.block_table[r, p // BLOCK_SIZE])
                 slots.append(block * BLOCK_SIZE + p % BLOCK_SIZE)
             self.cached[r] += n
-            seq_lens.append(self.cached[r])
+        return torch.tensor(slots, dtype=torch.int64)
+
+    def _sub_step(
+        self,
+        rows: Sequence[int] | None,
+        query_lens: Sequence[int],
+        seq_lens: Sequence[int],
+        requests: Sequence[int],
+    ) -> _SubStep:
+        """One kernel call: ``query_lens[i]`` queries of request ``requests[i]`` whose
+        sequence so far is ``seq_lens[i]`` tokens; ``rows``: which of the forward's tokens the
+        queries are (None: all of them, in order)."""
+        import torch
+        import vllm.envs as envs
+        from vllm import _custom_ops as ops
+
         starts = [0]
         for n in query_lens:
             starts.append(starts[-1] + n)
-        self.slot_mapping = torch.tensor(slots, dtype=torch.int64)
-        self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32)
-        self.query_start_loc = torch.tensor(starts, dtype=torch.int32)
-        self.step_blocks = self.block_table[list(requests)]
-        self.metadata = ops.cpu_attn_get_scheduler_metadata(
+        seq = torch.tensor(list(seq_lens), dtype=torch.int32)
+        query_start_loc = torch.tensor(starts, dtype=torch.int32)
+        metadata = ops.cpu_attn_get_scheduler_metadata(
             num_reqs=len(query_lens),
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim,
-            seq_lens=self.seq_lens,
+            seq_lens=seq,
             dtype=self.dtype,
-            query_start_loc=self.query_start_loc,
+            query_start_loc=query_start_loc,
             causal=True,
             sliding_window_size=-1,
             isa=self.isa,
             enable_kv_split=envs.VLLM_CPU_ATTN_SPLIT_KV,
         )
+        index = None if rows is None else torch.tensor(list(rows), dtype=torch.int64)
+        return _SubStep(index, query_start_loc, seq, self.block_table[list(requests)], metadata)
 
     def __call__(self, layer: int, q: Any, k: Any, v: Any, scale: float) -> Any:
-        """Attention of the step's tokens: q [N, heads, hd], k and v [N, kv heads, hd]."""
+        """Attention of the forward's tokens: q [N, heads, hd], k and v [N, kv heads, hd]."""
         import torch
         from vllm import _custom_ops as ops
 
@@ -268,20 +323,36 @@ class PagedAttention:
         key_cache, value_cache = cache.view(blocks, heads, size * 2, -1).chunk(2, dim=2)
         ops.cpu_attn_reshape_and_cache(k, v, key_cache, value_cache, self.slot_mapping, self.isa)
         out = torch.empty_like(q)
-        ops.cpu_attention_with_kv_cache(
-            query=q,
-            key_cache=key_cache,
-            value_cache=value_cache,
-            output=out,
-            query_start_loc=self.query_start_loc,
-            seq_lens=self.seq_lens,
-            scale=scale,
-            causal=True,
-            alibi_slopes=None,
-            sliding_window=-1,
-            block_table=self.step_blocks,
-            softcap=0.0,
-            scheduler_metadata=self.metadata,
-            s_aux=None,
-        )
+        for sub in self.schedule:
+            query = q if sub.index is None else q[sub.index].contiguous()
+            part = out if sub.index is None else torch.empty_like(query)
+            ops.cpu_attention_with_kv_cache(
+                query=query,
+                key_cache=key_cache,
+                value_cache=value_cache,
+                output=part,
+                query_start_loc=sub.query_start_loc,
+                seq_lens=sub.seq_lens,
+                scale=scale,
+                causal=True,
+                alibi_slopes=None,
+                sliding_window=-1,
+                block_table=sub.blocks,
+                softcap=0.0,
+                scheduler_metadata=sub.metadata,
+                s_aux=None,
+            )
+            if sub.index is not None:
+                out[sub.index] = part
         return out
+
+
+@dataclass(frozen=True)
+class _SubStep:
+    """One call of vLLM's CPU attention kernel within a forward."""
+
+    index: Any  # which of the forward's tokens are its queries (None: all, in order)
+    query_start_loc: Any
+    seq_lens: Any
+    blocks: Any
+    metadata: Any
