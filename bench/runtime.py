@@ -112,10 +112,10 @@ def _instrument() -> None:
     # The verdict and the records: in side_scoring and case_documents since the typed
     # attempt records; in the runner before (an older tree, a before/after run).
     records: Any = importlib.import_module("xconf.case_documents")
-    if hasattr(records, "AttemptRecord"):
+    if hasattr(records, "AttemptPayload"):
         _wrap(side_scoring, "compare", "comparison")
         _wrap(side_scoring, "error_outcome", "comparison")
-        _wrap(records.AttemptRecord, "documents", "publication")
+        _wrap(records.AttemptPayload, "documents", "publication")
         _wrap(records.ScoredHead, "execution_key", "resume_checks")
     else:
         _wrap(runner, "compare", "comparison")

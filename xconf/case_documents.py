@@ -5,9 +5,8 @@ comparison.json) and three tensor files. The runner (a scored case) and ``xconf 
 dump) both build them as immutable records: an :class:`AttemptHead` (what the case is
 before anything is scored, which derives the execution key from its own records), its
 :class:`Actual` (or :class:`ExternalActual`, when another system scored), its
-:class:`Comparison` and the score tensors, together an :class:`AttemptRecord`, and publish
-it through :meth:`AttemptRecord.publish`, the one writer.
-"""
+:class:`Comparison` and the score tensors: together its :class:`AttemptPayload` (every
+payload file), published through :meth:`AttemptPayload.publish`, the one writer."""
 
 from __future__ import annotations
 
@@ -213,9 +212,16 @@ class AttemptHead(Protocol):
     def execution_key(self) -> str: ...
 
 
-def identity_document(identity: Identity) -> dict[str, Any]:
-    """identity.json: the frozen identity and its digest."""
-    return {"sha256": identity.digest(), **identity.to_dict()}
+def head_documents(
+    requested: Requested, materialized: Materialized, identity: Identity
+) -> dict[str, dict[str, Any]]:
+    """An attempt head's documents: requested.json, materialized.json and identity.json
+    (the frozen identity and its digest)."""
+    return {
+        "requested.json": requested.to_dict(),
+        "materialized.json": materialized.to_dict(),
+        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
+    }
 
 
 @dataclass(frozen=True)
@@ -236,11 +242,7 @@ class ScoredHead:
         return self.requested.case_id
 
     def documents(self) -> dict[str, dict[str, Any]]:
-        return {
-            "requested.json": self.requested.to_dict(),
-            "materialized.json": self.materialized.to_dict(),
-            "identity.json": identity_document(self.identity),
-        }
+        return head_documents(self.requested, self.materialized, self.identity)
 
     def _key_records(self) -> dict[str, Any]:
         """The records the key is read from, as this attempt will publish them."""
@@ -276,7 +278,7 @@ class ScoredHead:
 
 
 @dataclass(frozen=True)
-class AttemptRecord:
+class AttemptPayload:
     """Everything one attempt publishes. ``scores``: each score file's tensors by name
     (:func:`score_tensors`; a judged dump's one token table); token_diffs is the
     comparison's."""

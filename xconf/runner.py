@@ -15,7 +15,7 @@ from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, PublishedAttempt, read_json
 from xconf.case_documents import (
     Actual,
-    AttemptRecord,
+    AttemptPayload,
     Comparison,
     Requested,
     ScoredHead,
@@ -304,7 +304,7 @@ class PairedRunner:
         head: ScoredHead,
         reused: Mapping[str, _ScoredSide],
         damaged: tuple[dict[str, str], ...],
-    ) -> tuple[AttemptRecord, Actual]:
+    ) -> tuple[AttemptPayload, Actual]:
         """The case scored (or its error): the attempt it publishes, and its actual record."""
         case_started = time.perf_counter()
         scoring = SideScoring(
@@ -330,7 +330,7 @@ class PairedRunner:
         # Engines (re)built and both sides scored; in actual.json (what happened), not in the
         # verdict document, which a rescore must reproduce byte for byte.
         actual = replace(actual, wall_s=time.perf_counter() - case_started)
-        return AttemptRecord(head, actual, comparison, scored_files(sides.scores)), actual
+        return AttemptPayload(head, actual, comparison, scored_files(sides.scores)), actual
 
     def _comparison(self, case: ExecutionCase, sides: SidesScored, actual: Actual) -> Comparison:
         """The verdict as the case publishes it, with the intervention its knob records say."""

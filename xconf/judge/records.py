@@ -36,7 +36,7 @@ from typing import Any
 
 from xconf.artifacts.layout import COMPARISON_NAME, TENSOR_SCHEMA, read_json
 from xconf.canonical import canonical_digest
-from xconf.case_documents import ExternalSource, Requested, identity_document
+from xconf.case_documents import ExternalSource, Requested, head_documents
 from xconf.experiment import Identity
 from xconf.knobs import ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 
@@ -111,11 +111,7 @@ class JudgedHead:
         return self.requested.case_id
 
     def documents(self) -> dict[str, dict[str, Any]]:
-        return {
-            "requested.json": self.requested.to_dict(),
-            "materialized.json": self.materialized.to_dict(),
-            "identity.json": identity_document(self.identity),
-        }
+        return head_documents(self.requested, self.materialized, self.identity)
 
     def execution_key(self) -> str:
         """:func:`execution_key` of this attempt's own records."""

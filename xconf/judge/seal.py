@@ -22,7 +22,7 @@ from xconf.artifacts.layout import JUDGED_LEVEL
 from xconf.artifacts.store import AttemptCheck, ExperimentStore, read_json
 from xconf.canonical import canonical_json
 from xconf.case_documents import (
-    AttemptRecord,
+    AttemptPayload,
     Comparison,
     ExternalActual,
     ExternalSource,
@@ -243,7 +243,7 @@ def judge_cases(
         # the dump was read for this case alone: its tensors are the verdict's to reuse
         rollout, training, comparison = verdict(case, head.identity, owned=True)
         actual = ExternalActual(observed(case), time.perf_counter() - case_started)
-        record = AttemptRecord(head, actual, comparison, score_files(rollout, training))
+        record = AttemptPayload(head, actual, comparison, score_files(rollout, training))
         published = record.publish(store)
         summary.records.append(
             _record(case, published.attempt_id, comparison.to_dict(), reused=False)
