@@ -261,7 +261,7 @@ def _reusable(
     from xconf.verify_verdict import rejudge_attempt
 
     expected = json.loads(json.dumps(head.documents()))
-    dump = json.loads(json.dumps(ExternalActual(observed(case)).to_dict()["dump"]))
+    dump = json.loads(json.dumps(observed(case)))  # actual.json dump, as it reads back
     threshold = load_contract().threshold_for(case.rollout_dtype, case.training_dtype).value
 
     def accept(check: AttemptCheck) -> bool:
