@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import torch
 
-from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, TENSOR_SCHEMA, TOKEN_DIFFS_NAME
+from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, TOKEN_DIFFS_NAME
+from xconf.artifacts.layout import TENSOR_SCHEMA as TENSOR_SCHEMA  # its owner; re-exported
 from xconf.artifacts.store import ExperimentStore, PublishedAttempt
 from xconf.comparison import ComparisonOutcome, Intervention, Result
 from xconf.errors import ArtifactError
@@ -26,8 +27,6 @@ from xconf.operators.catalog import SIDES, Side
 from xconf.runtime import rederive
 from xconf.runtime.protocol import KnobApplication, RuntimeBinding, SideScore
 from xconf.runtime.side_reuse import REUSED_FIELD, SideSource, side_key
-
-__all__ = ["TENSOR_SCHEMA"]  # re-exported: its owner is artifacts/layout
 
 
 @dataclass(frozen=True)
