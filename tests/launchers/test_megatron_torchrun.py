@@ -24,7 +24,6 @@ pytestmark = [needs_vllm, needs_megatron, pytest.mark.slow]
 S2 = [
     "+experiment=s2_cpu",
     "runtime=vllm_megatron",
-    "hydra/launcher=torchrun",
     "identity.recipe.system_prompt=''",
     "identity.recipe.response_len=6",
     "interventions=[]",
