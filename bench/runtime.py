@@ -109,12 +109,21 @@ def _instrument() -> None:
 
     _wrap(runner.PairedRunner, "_bind", "binding")
     _wrap(side_scoring, "check_pre_build", "binding")
-    _wrap(runner, "compare", "comparison")
-    _wrap(runner, "error_outcome", "comparison")
-    _wrap(runner, "case_documents", "publication")
+    # The verdict and the records: in side_scoring and case_documents since the typed
+    # attempt records; in the runner before (an older tree, a before/after run).
+    records: Any = importlib.import_module("xconf.case_documents")
+    if hasattr(records, "AttemptPayload"):
+        _wrap(side_scoring, "compare", "comparison")
+        _wrap(side_scoring, "error_outcome", "comparison")
+        _wrap(records.AttemptPayload, "documents", "publication")
+        _wrap(records.ScoredHead, "execution_key", "resume_checks")
+    else:
+        _wrap(runner, "compare", "comparison")
+        _wrap(runner, "error_outcome", "comparison")
+        _wrap(runner, "case_documents", "publication")
+        _wrap(runner.PairedRunner, "execution_key", "resume_checks")
     _wrap(ExperimentStore, "publish_attempt", "publication")
     _wrap(session, "publish_plan", "publication")
-    _wrap(runner.PairedRunner, "execution_key", "resume_checks")
     _wrap(ExperimentStore, "find_reusable", "resume_checks")
     _wrap(OperatorSession, "instantiate", "operator_session")
     _wrap(side_scoring, "apply_readback", "readback")

@@ -46,7 +46,8 @@ class Intervention:
 
 @dataclass(frozen=True)
 class ComparisonOutcome:
-    """The verdict document and the token-level tensors that let anyone recompute it."""
+    """The verdict document and the token-level tensors that let anyone recompute it (as a
+    case publishes it: ``case_documents.Comparison``)."""
 
     document: dict[str, Any]
     token_diffs: dict[str, torch.Tensor]
@@ -54,26 +55,6 @@ class ComparisonOutcome:
     @property
     def result(self) -> Result:
         return self.document["result"]  # type: ignore[no-any-return]
-
-    def for_case(
-        self,
-        case_id: str,
-        dtypes: tuple[str, str],
-        intervention: Intervention,
-        confounded_reason: str | None = None,
-    ) -> ComparisonOutcome:
-        """The verdict as one case publishes it: its id, the dtypes its engines ran and its
-        intervention; ``confounded_reason`` becomes the reason when the verdict has none."""
-        document = {
-            **self.document,
-            "intervention": intervention.to_dict(),
-            "case_id": case_id,
-            "rollout_dtype": dtypes[0],
-            "training_dtype": dtypes[1],
-        }
-        if confounded_reason is not None and document.get("reason") is None:
-            document["reason"] = confounded_reason
-        return ComparisonOutcome(document, self.token_diffs)
 
 
 def identity_violations(

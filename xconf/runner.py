@@ -4,75 +4,47 @@ from __future__ import annotations
 
 import platform
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, sha256_file
+from xconf.artifacts.layout import SCORE_FILES, sha256_file
 from xconf.artifacts.plan_seal import sealed_rows
 from xconf.artifacts.store import ExperimentStore, PublishedAttempt, read_json
 from xconf.case_documents import (
     Actual,
+    AttemptPayload,
+    Comparison,
+    Requested,
+    ScoredHead,
     SideOutcome,
-    case_documents,
-    static_documents,
+    scored_files,
 )
 from xconf.case_record import CaseRecord, RunStep, RunSummary
-from xconf.comparison import (
-    ComparisonOutcome,
-    Intervention,
-    compare,
-    error_outcome,
-    identity_outcome,
-)
+from xconf.comparison import Intervention
 from xconf.config.identity import TOKEN_FIELDS
 from xconf.contract.loader import NumericalContract, load_contract
 from xconf.engine_cache import EngineCache
-from xconf.errors import (
-    ArtifactError,
-    IdentityViolation,
-    RuntimeMaterializationError,
-    XconfError,
-)
+from xconf.errors import ArtifactError, IdentityViolation, RuntimeMaterializationError
 from xconf.execution_plan import ExecutionCase, ExecutionPlan
 from xconf.experiment import Identity
-from xconf.knobs import side_dtype
-from xconf.operators.catalog import (
-    SIDES,
-    ResolutionPolicy,
-    SemanticOperatorCatalog,
-)
-from xconf.operators.dispatch import OperatorSession
+from xconf.operators.catalog import ResolutionPolicy, SemanticOperatorCatalog
 from xconf.runtime import provenance, rederive
-from xconf.runtime.deadline import case_deadline, check_case_timeout
-from xconf.runtime.guards import (
-    input_digests,
-)
+from xconf.runtime.deadline import check_case_timeout
+from xconf.runtime.guards import input_digests
 from xconf.runtime.machine import this_machine
-from xconf.runtime.materialization import (
-    confounded,
-    not_applied,
-    ran_dtypes,
-    unreached_applications,
-    with_fingerprints,
-)
-from xconf.runtime.protocol import (
-    FrozenInputs,
-    RuntimeAdapter,
-    RuntimeBinding,
-    SideScore,
-)
+from xconf.runtime.materialization import confounded, not_applied, with_fingerprints
+from xconf.runtime.protocol import FrozenInputs, RuntimeAdapter, RuntimeBinding
 from xconf.runtime.ranks import from_rank0, rank, world_size
-from xconf.runtime.side_reuse import SideSource, side_key
-from xconf.shown_text import bounded
+from xconf.runtime.side_reuse import SideSource
 from xconf.side_scoring import (
     SideScoring,
+    SidesScored,
     confounded_reason,
     frozen_inputs,
-    score_sides,
+    score_case,
     stored_dtypes,
 )
 from xconf.verify_verdict import rejudge_attempt
@@ -174,34 +146,19 @@ class PairedRunner:
             self._code[factories] = provenance.code_digest(self.adapter, factories)
         return {**self._provenance, "code": self._code[factories]}
 
-    def execution_key(self, current: rederive.Current) -> str:
-        """The digest of :data:`rederive.KEY_FIELDS`, read from the records this case
-        publishes (``key_fields_from_records``: the very reading ``xconf verify`` does)."""
-        docs = {
-            "requested.json": current.requested,
-            "materialized.json": current.materialized,
-            "identity.json": current.identity,
-            "actual.json": {"environment": current.environment, "provenance": current.provenance},
-            COMPARISON_NAME: {"contract": self.contract.identity()},
-        }
-        fields = rederive.key_fields_from_records(docs)
-        if isinstance(fields, str):  # this run's own records always hold every field
-            raise ArtifactError("artifacts.key_fields", fields, "requested.json")
-        return rederive.execution_key(fields)
-
-    def current_records(
+    def head(
         self, case: ExecutionCase, identity: Identity, binding: RuntimeBinding, inputs: Any
-    ) -> rederive.Current:
-        """What this run would record for the case now: resume compares the stored ones."""
-        static = static_documents(
-            case, binding, identity, self.changed(case), self.plan.plan.spec.strict_fallback
-        )
-        return rederive.Current(
-            requested=static["requested.json"],
-            materialized=static["materialized.json"],
-            identity=static["identity.json"],
+    ) -> ScoredHead:
+        """What this run would record for the case before scoring it: its execution key and
+        side keys are derived from it, and resume compares the stored records with it."""
+        spec = self.plan.plan.spec
+        return ScoredHead(
+            requested=Requested.of(case, self.changed(case), spec.strict_fallback),
+            materialized=binding,
+            identity=identity,
             environment=self._environment(),
             provenance={**self.provenance(case), "inputs": input_digests(inputs)},
+            contract=self.contract.identity(),
         )
 
     # -- running ------------------------------------------------------------------------------
@@ -258,8 +215,9 @@ class PairedRunner:
     def _run_case(
         self, case: ExecutionCase, binding: RuntimeBinding, identity: Identity, inputs: FrozenInputs
     ) -> CaseRecord:
-        current = self.current_records(case, identity, binding, inputs)
-        key = self.execution_key(current)
+        head = self.head(case, identity, binding, inputs)
+        key = head.execution_key()
+        current = head.current()
         reused: CaseRecord | None = None
         damaged: list[dict[str, str]] = []
         if self.resume and rank() == 0:
@@ -286,19 +244,16 @@ class PairedRunner:
         reused = from_rank0(reused)
         if reused is not None:
             return reused
-        keys = self._side_keys(current)
+        keys = head.side_keys()
         sides = self._reusable(keys)
-        documents, tensors, outcome, actual = self._score(
-            case, binding, identity, inputs, current, sides, tuple(damaged)
-        )
+        attempt, actual = self._score(case, binding, identity, inputs, head, sides, tuple(damaged))
         record = None
         if rank() == 0:  # one rank publishes; the others scored only to take part in collectives
-            published = self.store.publish_attempt(
-                case.case.case_id, key, documents, tensors, outcome.document["result"]
-            )
+            published = attempt.publish(self.store)
             self.sides_reused += len(actual.reused_from)
             self._remember(published, actual, keys)
-            record = _record(case, published.attempt_id, outcome.document, reused=False)
+            verdict = attempt.comparison.to_dict()
+            record = _record(case, published.attempt_id, verdict, reused=False)
         return from_rank0(record)  # type: ignore[return-value]
 
     def changed(self, case: ExecutionCase) -> dict[str, Any]:
@@ -310,16 +265,6 @@ class PairedRunner:
 
     def _threshold(self, dtypes: tuple[str, str]) -> Any:
         return self.contract.threshold_for(*dtypes)
-
-    def _side_keys(self, current: rederive.Current) -> dict[str, str | None]:
-        """Each side's reuse key, from the records this case would publish."""
-        docs = {
-            "requested.json": current.requested,
-            "materialized.json": current.materialized,
-            "identity.json": current.identity,
-            "actual.json": {"environment": current.environment, "provenance": current.provenance},
-        }
-        return {side: side_key(docs, side) for side in SIDES}
 
     def _reusable(self, keys: Mapping[str, str | None]) -> dict[str, _ScoredSide]:
         """The sides of this case that a case before it in this run scored alike. Only in one
@@ -356,86 +301,42 @@ class PairedRunner:
         binding: RuntimeBinding,
         identity: Identity,
         inputs: FrozenInputs,
-        current: rederive.Current,
+        head: ScoredHead,
         reused: Mapping[str, _ScoredSide],
         damaged: tuple[dict[str, str], ...],
-    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]], ComparisonOutcome, Actual]:
-        knobs = case.case.knob_dict()
-        dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
-        threshold = self._threshold(dtypes)
-        outcomes: list[SideOutcome] = []
-        scores: dict[str, SideScore] = {}
-        operator_provenance = None
-        unreached: dict[str, tuple[Any, ...]] = {}
+    ) -> tuple[AttemptPayload, Actual]:
+        """The case scored (or its error): the attempt it publishes, and its actual record."""
         case_started = time.perf_counter()
-        try:
-            with case_deadline(self.case_timeout_s):
-                scoring = SideScoring(
-                    self.engines, self.catalog, self.policy, self.plan.plan.spec.strict_fallback
-                )
-                session = OperatorSession(self.catalog, self.policy)
-                given = {side: r.outcome for side, r in reused.items()}
-                for step in score_sides(scoring, session, case, binding, identity, inputs, given):
-                    if isinstance(step, SideOutcome):
-                        outcomes.append(step)
-                    else:  # the scores, before the guards: a refused side keeps its echo
-                        scores[step.side] = step.score
-                operator_provenance = session.provenance()
-            # Judged at the threshold of the dtypes the engines ran (read back), which differ
-            # from the requested ones only when a dtype fell back without strict execution.
-            ran = tuple(a for o in outcomes for a in o.applications)
-            dtypes = ran_dtypes(ran, dtypes)
-            threshold = self._threshold(dtypes)
-            outcome = compare(
-                inputs,
-                identity.digest(),
-                scores["rollout"],
-                scores["training"],
-                threshold,
-                self.contract,
-                training_kv_cache_allowed=identity.training_kv_cache_allowed,
-            )
-        # A failing case is a verdict, never a crashed sweep; a runtime's sys.exit() too (it
-        # would end the run with exit 0 and the case unscored). A stop signal is no verdict.
-        except (Exception, SystemExit) as exc:
-            if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
-                self.engines.close()  # a stopped engine may be mid-call: never reuse it
-            # Sides the case never reached still say what was requested and materialized.
-            reached = {o.side for o in outcomes}
-            unreached = {
-                side: unreached_applications(binding.side(side), exc)
-                for side in SIDES
-                if side not in reached
-            }
-            error = (
-                exc.to_dict()
-                if isinstance(exc, XconfError)
-                else {
-                    "code": "runtime.exception",
-                    "path": None,
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(limit=8),
-                }
-            )
-            # A runtime's message may be megabytes: the sealed attempt keeps its head, tail
-            # and length, so it stays within verify's bounds (and quick to seal).
-            error = {k: bounded(v) if isinstance(v, str) else v for k, v in error.items()}
-            if isinstance(exc, IdentityViolation):
-                outcome = identity_outcome(threshold, self.contract, error)
-            else:
-                outcome = error_outcome(threshold, self.contract, error)
-        actual = Actual(
-            environment=current.environment,
-            provenance=current.provenance,
-            outcomes=tuple(outcomes),
-            unreached=unreached,
-            operator_provenance=operator_provenance,
-            damaged_attempts=damaged,
-            reused_from={o.side: reused[o.side].source for o in outcomes if o.side in reused},
+        scoring = SideScoring(
+            self.engines,
+            self.catalog,
+            self.policy,
+            self.plan.plan.spec.strict_fallback,
+            self.contract,
+            self.case_timeout_s,
         )
+        given = {side: r.outcome for side, r in reused.items()}
+        sides = score_case(scoring, case, binding, identity, inputs, given)
+        actual = Actual(
+            environment=head.environment,
+            provenance=head.provenance,
+            outcomes=sides.outcomes,
+            unreached=sides.unreached,
+            operator_provenance=sides.operator_provenance,
+            damaged_attempts=damaged,
+            reused_from={o.side: reused[o.side].source for o in sides.outcomes if o.side in reused},
+        )
+        comparison = self._comparison(case, sides, actual)
+        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
+        # verdict document, which a rescore must reproduce byte for byte.
+        actual = replace(actual, wall_s=time.perf_counter() - case_started)
+        return AttemptPayload(head, actual, comparison, scored_files(sides.scores)), actual
+
+    def _comparison(self, case: ExecutionCase, sides: SidesScored, actual: Actual) -> Comparison:
+        """The verdict as the case publishes it, with the intervention its knob records say."""
         declared = frozenset(self.changed(case))
         intervention = Intervention(tuple(sorted(declared)))
-        if outcome.result in rederive.JUDGED:  # else no numerical verdict: the error says why
+        if sides.verdict.result in rederive.JUDGED:  # else no numerical verdict: the error says why
             ran = actual.applications()
             intervention = replace(
                 intervention,
@@ -444,23 +345,8 @@ class PairedRunner:
                 confounded=tuple(confounded(ran, declared)),
             )
         mixed = [dict(r) for r in intervention.confounded]
-        outcome = outcome.for_case(
-            case.case.case_id, dtypes, intervention, confounded_reason(mixed) if mixed else None
-        )
-        # Engines (re)built and both sides scored; in actual.json (what happened), not in the
-        # verdict document, which a rescore must reproduce byte for byte.
-        actual = replace(actual, wall_s=time.perf_counter() - case_started)
-        documents, tensors = case_documents(
-            case,
-            binding,
-            identity,
-            self.changed(case),
-            self.plan.plan.spec.strict_fallback,
-            actual,
-            scores,
-            outcome,
-        )
-        return documents, tensors, outcome, actual
+        reason = confounded_reason(mixed) if mixed else None
+        return Comparison(sides.verdict, case.case.case_id, sides.dtypes, intervention, reason)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from the readback.
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,16 @@ import torch
 
 from xconf.artifacts.store import read_json
 from xconf.case_documents import SideOutcome
+from xconf.comparison import ComparisonOutcome, compare, error_outcome, identity_outcome
+from xconf.contract.loader import NumericalContract, ResolvedThreshold
 from xconf.engine_cache import EngineCache
-from xconf.errors import XconfError
+from xconf.errors import IdentityViolation, XconfError
 from xconf.execution_plan import ExecutionCase
 from xconf.experiment import Identity
 from xconf.knobs import BATCH_SIZE, side_dtype
 from xconf.operators.catalog import SIDES, ResolutionPolicy, SemanticOperatorCatalog, Side
 from xconf.operators.dispatch import OperatorSession
+from xconf.runtime.deadline import case_deadline
 from xconf.runtime.guards import (
     check_echo,
     check_embedded,
@@ -41,6 +45,7 @@ from xconf.runtime.materialization import (
     refusal,
     split_readback,
     strict_violations,
+    unreached_applications,
 )
 from xconf.runtime.protocol import (
     Engine,
@@ -50,16 +55,20 @@ from xconf.runtime.protocol import (
     SideBinding,
     SideScore,
 )
+from xconf.shown_text import bounded
 
 
 @dataclass(frozen=True)
 class SideScoring:
-    """What scoring a case needs from its run: engines, operators and the strict rule."""
+    """What scoring a case needs from its run: engines, operators, the strict rule, the
+    contract (the thresholds) and the case's time limit."""
 
     engines: EngineCache
     catalog: SemanticOperatorCatalog
     policy: ResolutionPolicy
     strict_fallback: bool
+    contract: NumericalContract
+    case_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,99 @@ def score_sides(
         reasons = strict_violations(outcome.applications, strict_fallback=strict)
         if reasons:
             raise refusal(reasons)
+
+
+@dataclass(frozen=True)
+class SidesScored:
+    """What scoring a case's sides gave: each side's outcome and scores (a refused side's
+    too), the operators' provenance (None when scoring did not finish), the knob records of
+    the sides never reached, the verdict (or the error's), and the dtypes it was judged at."""
+
+    outcomes: tuple[SideOutcome, ...]
+    scores: Mapping[str, SideScore]
+    operator_provenance: tuple[Mapping[str, Any], ...] | None
+    unreached: Mapping[str, tuple[KnobApplication, ...]]
+    verdict: ComparisonOutcome
+    dtypes: tuple[str, str]
+
+
+def score_case(
+    scoring: SideScoring,
+    case: ExecutionCase,
+    binding: RuntimeBinding,
+    identity: Identity,
+    inputs: FrozenInputs,
+    given: Mapping[str, SideOutcome],
+) -> SidesScored:
+    """Both sides scored (those in ``given`` taken as they are) and compared; a failing case
+    is a verdict, never a crashed sweep."""
+    knobs = case.case.knob_dict()
+    dtypes = (side_dtype(knobs, "rollout"), side_dtype(knobs, "training"))
+    contract = scoring.contract
+    threshold = contract.threshold_for(*dtypes)
+    outcomes: list[SideOutcome] = []
+    scores: dict[str, SideScore] = {}
+    operator_provenance = None
+    try:
+        with case_deadline(scoring.case_timeout_s):
+            session = OperatorSession(scoring.catalog, scoring.policy)
+            for step in score_sides(scoring, session, case, binding, identity, inputs, given):
+                if isinstance(step, SideOutcome):
+                    outcomes.append(step)
+                else:  # the scores, before the guards: a refused side keeps its echo
+                    scores[step.side] = step.score
+            operator_provenance = session.provenance()
+        # Judged at the threshold of the dtypes the engines ran (read back), which differ
+        # from the requested ones only when a dtype fell back without strict execution.
+        ran = tuple(a for o in outcomes for a in o.applications)
+        dtypes = ran_dtypes(ran, dtypes)
+        threshold = contract.threshold_for(*dtypes)
+        verdict = compare(
+            inputs,
+            identity.digest(),
+            scores["rollout"],
+            scores["training"],
+            threshold,
+            contract,
+            training_kv_cache_allowed=identity.training_kv_cache_allowed,
+        )
+    # A failing case is a verdict, never a crashed sweep; a runtime's sys.exit() too (it
+    # would end the run with exit 0 and the case unscored). A stop signal is no verdict.
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, XconfError) and exc.code == "runtime.case_timeout":
+            scoring.engines.close()  # a stopped engine may be mid-call: never reuse it
+        # Sides the case never reached still say what was requested and materialized.
+        reached = {o.side for o in outcomes}
+        unreached: dict[str, tuple[KnobApplication, ...]] = {
+            side: unreached_applications(binding.side(side), exc)
+            for side in SIDES
+            if side not in reached
+        }
+        failed = _failure_verdict(exc, threshold, contract)
+        return SidesScored(tuple(outcomes), scores, None, unreached, failed, dtypes)
+    return SidesScored(tuple(outcomes), scores, operator_provenance, {}, verdict, dtypes)
+
+
+def _failure_verdict(
+    exc: BaseException, threshold: ResolvedThreshold, contract: NumericalContract
+) -> ComparisonOutcome:
+    """The verdict of a case that raised: its error (an identity violation's own verdict)."""
+    error = (
+        exc.to_dict()
+        if isinstance(exc, XconfError)
+        else {
+            "code": "runtime.exception",
+            "path": None,
+            "message": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=8),
+        }
+    )
+    # A runtime's message may be megabytes: the sealed attempt keeps its head, tail and
+    # length, so it stays within verify's bounds (and quick to seal).
+    error = {k: bounded(v) if isinstance(v, str) else v for k, v in error.items()}
+    if isinstance(exc, IdentityViolation):
+        return identity_outcome(threshold, contract, error)
+    return error_outcome(threshold, contract, error)
 
 
 def _read_side(

@@ -215,16 +215,16 @@ def test_records_keep_plan_order_and_summary_counts(s0_doc, tmp_path) -> None:
 
 
 def test_each_scored_case_gets_its_own_operator_session(s0_doc, tmp_path, monkeypatch) -> None:
-    from xconf import runner
+    from xconf import side_scoring
 
     sessions = []
-    real = runner.OperatorSession
+    real = side_scoring.OperatorSession
 
     def counting(*args, **kwargs):
         sessions.append(real(*args, **kwargs))
         return sessions[-1]
 
-    monkeypatch.setattr(runner, "OperatorSession", counting)
+    monkeypatch.setattr(side_scoring, "OperatorSession", counting)
     run_doc(only(s0_doc, logp__backend=["xconf.reference_logp"], batch__size=[1]), tmp_path)
     assert len(sessions) == 3
     assert [len(s.provenance()) for s in sessions] == [2, 2, 2]

@@ -24,7 +24,6 @@ pytestmark = [needs_vllm, needs_megatron, pytest.mark.slow]
 S2 = [
     "+experiment=s2_cpu",
     "runtime=vllm_megatron",
-    "hydra/launcher=torchrun",
     "identity.recipe.system_prompt=''",
     "identity.recipe.response_len=6",
     "interventions=[]",
@@ -33,19 +32,28 @@ S2 = [
 
 
 def test_torchrun_gives_megatron_two_tp_ranks(tmp_path: Path) -> None:
+    run_megatron_tp2(tmp_path, ["hydra/launcher=torchrun"])
+
+
+def run_megatron_tp2(tmp_path: Path, launcher: list[str], *, launch_record: bool = True) -> None:
+    """The TP 2 case under ``launcher``: a 2-rank world, Megatron's parallel layers over it
+    (read back), the vocabulary in two shards, a float32 pass. ``launch_record``: the
+    launcher writes ``launch.json`` (torchrun, Ray; Slurm's jobs are submitit's)."""
     ckpt = write_checkpoint("qwen3", tmp_path / "qwen3-gqa", config=GQA)
     out, sweep = tmp_path / "out", tmp_path / "mr"
     done = xconf_run(
         tmp_path,
         *S2,
+        *launcher,
         f"runtime.model.path={ckpt}",
         f"output_root={out}",
         f"hydra.sweep.dir={sweep}",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (launch,) = sweep.glob("*/launch.json")
-    record = json.loads(launch.read_text())
-    assert (record["world_size"], record["status"]) == (2, "completed"), record
+    if launch_record:
+        (launch,) = sweep.glob("*/launch.json")
+        record = json.loads(launch.read_text())
+        assert (record["world_size"], record["status"]) == (2, "completed"), record
     (attempt,) = (out / "s2-cpu").glob("cases/*/*")
     actual = json.loads((attempt / "actual.json").read_text())
     (knob,) = [

@@ -46,6 +46,8 @@ JSON_PAYLOADS = (
 COMPARISON_NAME = "comparison.json"
 SCORE_FILES = {"rollout": "score_rollout.safetensors", "training": "score_training.safetensors"}
 TOKEN_DIFFS_NAME = "token_diffs.safetensors"
+# The score files' tensor schema (a field of every execution key).
+TENSOR_SCHEMA = "xconf.tensors.v1"
 PAYLOAD_FILES = (
     *JSON_PAYLOADS,
     SCORE_FILES["rollout"],

@@ -248,6 +248,6 @@ def judge_batch(
 
         check_correction(correction)  # its code, as judge raises it
     case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
-    _, _, outcome = verdict(case)
-    document = dict(outcome.document)
-    return BatchVerdict(outcome.result, figures(document), document)
+    _, _, comparison = verdict(case)
+    document = comparison.to_dict()
+    return BatchVerdict(comparison.result, figures(document), document)

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import COMPARISON_NAME, read_json
+from xconf.artifacts.layout import COMPARISON_NAME, TENSOR_SCHEMA, read_json
 from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA
+from xconf.case_documents import ExternalSource, Requested, head_documents
+from xconf.experiment import Identity
 from xconf.knobs import ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 
 # v2: read once (digest of the bytes judged), float64 dumps judged in float64, per-token
@@ -89,6 +91,38 @@ def execution_key(
             "correction": correction,
         }
     )
+
+
+@dataclass(frozen=True)
+class JudgedHead:
+    """A judged attempt's records before the verdict (``case_documents.AttemptHead``): the
+    dump's case, its source, the identity named by its digest, and what its key adds: the
+    dtypes judged, the contract, the IS/RS correction."""
+
+    requested: Requested
+    materialized: ExternalSource
+    identity: Identity
+    dtypes: tuple[str, str]
+    contract: Mapping[str, Any]
+    correction: Mapping[str, Any] | None
+
+    @property
+    def case_id(self) -> str:
+        return self.requested.case_id
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        return head_documents(self.requested, self.materialized, self.identity)
+
+    def execution_key(self) -> str:
+        """:func:`execution_key` of this attempt's own records."""
+        return execution_key(
+            self.case_id,
+            self.identity.digest(),
+            self.materialized.sha256,
+            self.dtypes,
+            self.contract,
+            self.correction,
+        )
 
 
 def dumps_digest(dumps: Mapping[str, str]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -21,6 +21,13 @@ import torch
 from xconf.artifacts.layout import JUDGED_LEVEL
 from xconf.artifacts.store import AttemptCheck, ExperimentStore, read_json
 from xconf.canonical import canonical_json
+from xconf.case_documents import (
+    AttemptPayload,
+    Comparison,
+    ExternalActual,
+    ExternalSource,
+    Requested,
+)
 from xconf.case_record import CaseRecord, RunSummary
 from xconf.comparison import ComparisonOutcome, compare
 from xconf.contract.loader import load_contract
@@ -33,10 +40,10 @@ from xconf.judge.records import (
     PLAN_KIND,
     RECIPE_KIND,
     RUNTIME_KIND,
+    JudgedHead,
     attempt_problems,
     choose_dtype,
     dumps_digest,
-    execution_key,
 )
 from xconf.rollout_correction import Correction, rollout_correction
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SideScore
@@ -225,43 +232,36 @@ def judge_cases(
     summary = RunSummary(store.experiment_id, str(store.path))
     for index, case in enumerate(cases):
         case_started = time.perf_counter()
-        identity = _identity(case)
-        key = execution_key(
-            case.case_id,
-            identity.digest(),
-            case.dump.sha256,
-            [case.rollout_dtype, case.training_dtype],
-            contract.identity(),
-            case.correction.to_dict() if case.correction else None,
-        )
-        accept = _reusable(case, identity, the_header, rows[index])
+        head = _head(case, _identity(case), rows[index], contract.identity())
+        accept = _reusable(case, head, the_header, rows[index])
+        key = head.execution_key()
         reusable = store.find_reusable(case.case_id, key, accept=accept) if resume else None
         if reusable is not None:
             doc = read_json(reusable.path / "comparison.json")
             summary.records.append(_record(case, reusable.attempt_id, doc, reused=True))
             continue
         # the dump was read for this case alone: its tensors are the verdict's to reuse
-        rollout, training, outcome = verdict(case, identity, owned=True)
-        documents = _documents(index, case, identity, outcome.document)
-        documents["actual.json"]["wall_s"] = time.perf_counter() - case_started
-        tensors = {**score_files(rollout, training), "token_diffs.safetensors": outcome.token_diffs}
-        published = store.publish_attempt(
-            case.case_id, key, documents, tensors, outcome.document["result"]
+        rollout, training, comparison = verdict(case, head.identity, owned=True)
+        actual = ExternalActual(observed(case), time.perf_counter() - case_started)
+        record = AttemptPayload(head, actual, comparison, score_files(rollout, training))
+        published = record.publish(store)
+        summary.records.append(
+            _record(case, published.attempt_id, comparison.to_dict(), reused=False)
         )
-        summary.records.append(_record(case, published.attempt_id, outcome.document, reused=False))
     summary.seconds["total"] = time.perf_counter() - started
     return summary
 
 
 def _reusable(
-    case: JudgedCase, identity: Identity, run_header: dict[str, Any], row: dict[str, Any]
+    case: JudgedCase, head: JudgedHead, run_header: dict[str, Any], row: dict[str, Any]
 ) -> Any:
     """Resume's test of a sealed attempt with this case's key: its records re-derived
     (:func:`xconf.judge.records.attempt_problems`) and equal to what this run derives now,
     and its verdict re-judged from its tensors at the contract's threshold for the case."""
     from xconf.verify_verdict import rejudge_attempt
 
-    expected = json.loads(json.dumps(_documents(row["index"], case, identity, {})))
+    expected = json.loads(json.dumps(head.documents()))
+    dump = json.loads(json.dumps(observed(case)))  # actual.json dump, as it reads back
     threshold = load_contract().threshold_for(case.rollout_dtype, case.training_dtype).value
 
     def accept(check: AttemptCheck) -> bool:
@@ -272,7 +272,7 @@ def _reusable(
             if read_json(check.path / name) != expected[name]:
                 return False
         stored = dict(read_json(check.path / "actual.json").get("dump") or {})
-        if stored != expected["actual.json"]["dump"]:
+        if stored != dump:
             return False
         return rejudge_attempt(check.path, seal, threshold, judged=True) is None
 
@@ -295,7 +295,7 @@ def score_files(rollout: SideScore, training: SideScore) -> dict[str, dict[str, 
 
 def verdict(
     case: JudgedCase, identity: Identity | None = None, *, owned: bool = False
-) -> tuple[SideScore, SideScore, ComparisonOutcome]:
+) -> tuple[SideScore, SideScore, Comparison]:
     """One dump's verdict and figures, written nowhere: ``judge_cases`` seals it, and
     ``xconf.judge_batch`` (inside a training loop) returns it. ``owned``: the dump's
     tensors may be reused for the token diffs (never a training loop's own tensors)."""
@@ -319,66 +319,56 @@ def verdict(
         correction=case.correction,
         owned=owned,
     )
-    _figures_in_dumped_dtype(case, outcome.document)
-    outcome.document.update(
-        case_id=case.case_id,
-        rollout_dtype=case.rollout_dtype,
-        training_dtype=case.training_dtype,
-    )
-    return rollout, training, outcome
+    outcome = _figures_in_dumped_dtype(case, outcome)
+    dtypes = (case.rollout_dtype, case.training_dtype)
+    return rollout, training, Comparison(outcome, case.case_id, dtypes)
 
 
-def _figures_in_dumped_dtype(case: JudgedCase, document: dict[str, Any]) -> None:
+def _figures_in_dumped_dtype(case: JudgedCase, outcome: ComparisonOutcome) -> ComparisonOutcome:
     """verl computes its figures in the tensors' dtype: a bfloat16 or float16 dump (judged in
     float32) gets them recomputed from the dumped tensors, as verl would log them."""
     d = case.dump
     if (
-        "rollout_correction" not in document
+        "rollout_correction" not in outcome.document
         or d.rollout.dtype == d.training.dtype == d.verdict_dtype
     ):
-        return
-    document["rollout_correction"] = rollout_correction(
-        d.rollout, d.training, d.mask, correction=case.correction
+        return outcome
+    figures = rollout_correction(d.rollout, d.training, d.mask, correction=case.correction)
+    return replace(outcome, document={**outcome.document, "rollout_correction": figures})
+
+
+def _head(
+    case: JudgedCase, identity: Identity, row: dict[str, Any], contract: dict[str, Any]
+) -> JudgedHead:
+    """The judged attempt's records before its verdict (its key derives from them)."""
+    d = case.dump
+    requested = Requested(case.case_id, row["knobs"], row["changed"], None, row["operators"])
+    return JudgedHead(
+        requested=requested,
+        materialized=ExternalSource(RUNTIME_KIND, case.case_id, d.path, d.sha256),
+        identity=identity,
+        dtypes=(case.rollout_dtype, case.training_dtype),
+        contract=contract,
+        correction=case.correction.to_dict() if case.correction else None,
     )
 
 
-def _documents(
-    index: int, case: JudgedCase, identity: Identity, comparison: dict[str, Any]
-) -> dict[str, Any]:
+def observed(case: JudgedCase) -> dict[str, Any]:
+    """actual.json ``dump``: what xconf read of the dump and where each dtype came from."""
     d = case.dump
-    row = _plan_row(index, case)
     return {
-        "requested.json": {
-            "case_id": case.case_id,
-            "knobs": row["knobs"],
-            "changed": row["changed"],
-            "operators": row["operators"],
-        },
-        "materialized.json": {
-            "runtime_kind": RUNTIME_KIND,
-            "case_id": case.case_id,
-            "source": {"file": d.path, "sha256": d.sha256},
-            "note": "logprobs computed by another system; its engines were not observed",
-        },
-        "actual.json": {
-            "sides": {},
-            "dump": {
-                "file": d.path,
-                "sha256": d.sha256,
-                "bytes": d.size,
-                "shape": list(d.rollout.shape),
-                "ragged": d.ragged,
-                "source_dtypes": dict(d.source_dtypes),
-                "verdict_dtype": str(d.verdict_dtype).removeprefix("torch."),
-                "declared": dict(d.declared),
-                "dtypes": {"rollout": case.rollout_dtype, "training": case.training_dtype},
-                "dtype_sources": dict(case.dtype_sources),
-                "correction": case.correction.to_dict() if case.correction else None,
-                "token_ids": d.responses is not None,
-            },
-        },
-        "identity.json": {"sha256": identity.digest(), **identity.to_dict()},
-        "comparison.json": comparison,
+        "file": d.path,
+        "sha256": d.sha256,
+        "bytes": d.size,
+        "shape": list(d.rollout.shape),
+        "ragged": d.ragged,
+        "source_dtypes": dict(d.source_dtypes),
+        "verdict_dtype": str(d.verdict_dtype).removeprefix("torch."),
+        "declared": dict(d.declared),
+        "dtypes": {"rollout": case.rollout_dtype, "training": case.training_dtype},
+        "dtype_sources": dict(case.dtype_sources),
+        "correction": case.correction.to_dict() if case.correction else None,
+        "token_ids": d.responses is not None,
     }
 
 

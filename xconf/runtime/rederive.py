@@ -28,9 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xconf.artifacts.layout import COMPARISON_NAME, SCORE_FILES, TOKEN_DIFFS_NAME, read_json
+from xconf.artifacts.layout import (
+    COMPARISON_NAME,
+    SCORE_FILES,
+    TENSOR_SCHEMA,
+    TOKEN_DIFFS_NAME,
+    read_json,
+)
 from xconf.canonical import canonical_digest
-from xconf.case_documents import TENSOR_SCHEMA
 from xconf.knobs import KNOBS, ROLLOUT_DTYPE, TRAINING_COMPUTE_DTYPE
 from xconf.runtime.protocol import KnobApplication
 from xconf.runtime.side_reuse import reuse_problems
