@@ -477,9 +477,10 @@ class PairedRunner:
         return documents, tensors, outcome, actual
 
 
-# The full-vocabulary rows the run keeps for the sides later cases reuse: four sides of the
-# real default (2,304 tokens x 49,152 columns of float32: 453 MB each).
-KEPT_ROWS_BYTES = 2 << 30
+# The full-vocabulary rows the run keeps for the sides later cases reuse: the two sides of
+# the real default's baseline, which the run scores first and one-at-a-time cases reuse
+# (2,304 tokens x 49,152 columns of float32: 453 MB a side).
+KEPT_ROWS_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,13 @@ from tests.adapters.conftest import needs_vllm
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 CONF = Path(__file__).resolve().parents[2] / "conf"
-PROMPTS = (
-    "[What is the capital of France?<|im_end|>\\n<|im_start|>assistant\\n,"
-    " What does a compiler do?<|im_end|>\\n<|im_start|>assistant\\n,"
-    " What is a prime number?<|im_end|>\\n<|im_start|>assistant\\n,"
-    " How can I make a cup of tea?<|im_end|>\\n<|im_start|>assistant\\n]"
-)
+# Four of the 24 chat prompts (their indices in conf/identity/smollm2_chat_s2.yaml).
+PROMPTS = (0, 3, 14, 23)
 OVERRIDES = [
     "+experiment=s2_smollm2",
     "runtime=vllm_hf",
     "identity.recipe.response_len=8",
-    f"identity.recipe.prompts={PROMPTS}",
+    "+rollout.scoring_mode=decode",
     "interventions=[{path: rollout.dtype, values: [bfloat16]},"
     " {path: logp.backend, values: [xconf.reference_logp]},"
     " {path: rollout.scoring_mode, values: [prefill]}]",
@@ -70,6 +66,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=OVERRIDES)
+    prompts = cfg.identity.recipe.prompts
+    cfg.identity.recipe.prompts = [prompts[i] for i in PROMPTS]
     spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
     prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
     mp = pytest.MonkeyPatch()
