@@ -52,17 +52,22 @@ def _kl(p: torch.Tensor, logratio: torch.Tensor, logp: torch.Tensor, logq: torch
     return kl
 
 
-def _top(rows: torch.Tensor, k: int) -> torch.Tensor:
-    """The top-``k`` token ids of each row, largest first. ``log_softmax`` keeps each row's
-    order (one constant subtracted, exactly representable in float64), so the raw rows give
-    the ids of the distribution's top-``k``."""
-    return rows.topk(min(k, rows.shape[-1]), dim=-1, sorted=True).indices
+def _members(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """[n, V] bool: each row's top-``k`` tokens, ties at the k-th value broken by the lowest
+    token id (a bfloat16 engine's rows hold many exact ties). ``log_softmax`` keeps each
+    row's order and its ties (one constant subtracted), so the raw rows give the same set."""
+    k = min(k, rows.shape[-1])
+    kth = rows.topk(k, dim=-1).values[:, -1:]
+    above = rows > kth
+    equal = rows == kth
+    room = k - above.sum(-1, keepdim=True)
+    return above | (equal & (equal.cumsum(-1) <= room))
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
-    ia, ib = a[:, :k], b[:, :k]
-    shared = (ia[:, :, None] == ib[:, None, :]).any(-1).sum(-1)
-    return shared.to(torch.float64) / ia.shape[-1]
+    k = min(k, a.shape[-1])
+    shared = (_members(a, k) & _members(b, k)).sum(-1)
+    return shared.to(torch.float64) / k
 
 
 def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -76,7 +81,6 @@ def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str,
         raise RowsError(f"rows are {rollout.dtype} and {training.dtype}, not floating point")
     n = rollout.shape[0]
     out = {name: torch.empty(n, dtype=torch.float64) for name in FIGURES}
-    widest = max(TOP_K)
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
         raw_r, raw_t = rollout[start:stop], training[start:stop]
@@ -89,11 +93,10 @@ def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str,
         del d
         out[TV][start:stop] = pr.sub_(pt).abs_().sum(-1).mul_(0.5)
         del pr, pt, r, t
-        top_r, top_t = _top(raw_r, widest), _top(raw_t, widest)
         for k in TOP_K:
-            out[f"top{k}_overlap"][start:stop] = _overlap(top_r, top_t, k)
-        # The argmax is the first of the top-k: one tie-break rule for both figures.
-        out[ARGMAX][start:stop] = (top_r[:, 0] == top_t[:, 0]).to(torch.float64)
+            out[f"top{k}_overlap"][start:stop] = _overlap(raw_r, raw_t, k)
+        # torch.argmax gives the first maximal index: the top-1 tie rule (lowest id).
+        out[ARGMAX][start:stop] = (raw_r.argmax(-1) == raw_t.argmax(-1)).to(torch.float64)
     return out
 
 

@@ -30,6 +30,16 @@ def test_position_figures_agree_with_the_numpy_referee() -> None:
     assert float(ours["kl_rollout_training"].min()) >= 0.0
 
 
+def test_ties_at_the_kth_value_go_to_the_lowest_token_id() -> None:
+    # bfloat16 rows hold exact ties: the top-k set must not depend on topk's tie order.
+    r = torch.round(_rows(8, n=64, vocab=200) * 2) / 2  # many ties
+    t = torch.round(_rows(9, n=64, vocab=200) * 2) / 2
+    ours = position_figures(r, t)
+    theirs = referee.figures(r.numpy(), t.numpy())
+    for name in ("top1_overlap", "top10_overlap", "argmax_agrees"):
+        np.testing.assert_array_equal(ours[name].numpy(), theirs[name])
+
+
 def test_summary_per_sequence_and_per_case() -> None:
     r, t = _rows(3), _rows(4)
     section = summarize(position_figures(r, t), ACTIVE)
