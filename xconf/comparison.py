@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from xconf.contract.loader import NumericalContract, ResolvedThreshold
+from xconf.full_vocab import full_vocab_figures, unavailable
 from xconf.rollout_correction import Correction, rollout_correction
 from xconf.rollout_correction.offpolicy import Selection
 from xconf.runtime.protocol import FrozenInputs, SideScore
@@ -315,6 +316,12 @@ def compare(
         diagnostics["rollout_correction"] = figures
     except Exception as exc:  # diagnostics never vote, so they can never crash a verdict
         diagnostics = {"diagnostics_error": f"{type(exc).__name__}: {exc}"}
+    try:  # figures of the whole distributions; they never vote either
+        diagnostics["full_vocab"] = full_vocab_figures(
+            rollout.vocab_rows, training.vocab_rows, active
+        )
+    except Exception as exc:
+        diagnostics["full_vocab"] = unavailable(f"{type(exc).__name__}: {exc}")
     doc.update(diagnostics)
     return ComparisonOutcome(finite_document(doc), token_diffs)
 

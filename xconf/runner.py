@@ -80,6 +80,7 @@ class PairedRunner:
         # A side configured alike in two cases is scored once (xconf/runtime/side_reuse.py).
         self.reuse_sides = reuse_sides
         self._scored: dict[str, _ScoredSide] = {}
+        self._kept_rows_bytes = 0  # full-vocabulary rows held in ``_scored``
         self.sides_reused = 0
         self.contract = contract or load_contract()
         self.on_case = on_case
@@ -293,7 +294,20 @@ class PairedRunner:
                 continue
             digest = sha256_file(published.path / SCORE_FILES[outcome.side])
             source = SideSource(published.case_id, published.attempt_id, digest, key)
-            self._scored[key] = _ScoredSide(outcome, source)
+            self._scored[key] = _ScoredSide(self._rows_within_budget(outcome), source)
+
+    def _rows_within_budget(self, outcome: SideOutcome) -> SideOutcome:
+        """``outcome`` as the run keeps it for later cases: with its full-vocabulary rows
+        while the rows kept so far stay under ``KEPT_ROWS_BYTES`` (the baseline's sides come
+        first), else without them (a case that takes it then reports no figures, and why)."""
+        rows = outcome.score.vocab_rows
+        if rows is None:
+            return outcome
+        size = rows.numel() * rows.element_size()
+        if self._kept_rows_bytes + size <= KEPT_ROWS_BYTES:
+            self._kept_rows_bytes += size
+            return outcome
+        return replace(outcome, score=replace(outcome.score, vocab_rows=None))
 
     def _score(
         self,
@@ -347,6 +361,12 @@ class PairedRunner:
         mixed = [dict(r) for r in intervention.confounded]
         reason = confounded_reason(mixed) if mixed else None
         return Comparison(sides.verdict, case.case.case_id, sides.dtypes, intervention, reason)
+
+
+# The full-vocabulary rows the run keeps for the sides later cases reuse: the two sides of
+# the real default's baseline, which the run scores first and one-at-a-time cases reuse
+# (2,304 tokens x 49,152 columns of float32: 453 MB a side).
+KEPT_ROWS_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)

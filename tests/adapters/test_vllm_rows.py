@@ -42,6 +42,22 @@ def test_a_row_that_is_not_the_engines_is_a_coded_error(
     assert err.value.path is not None and err.value.path.startswith("rollout.decode")
 
 
+def test_native_rows_are_checked_against_the_reported_logprob() -> None:
+    """A ``raw_logprobs`` engine reports ``log_softmax(row, float32)[target]``: the row is
+    checked against that, bit for bit, and a value one ulp off is refused."""
+    logprobs = ROWS.log_softmax(-1, dtype=torch.float32)
+    reported = [float(logprobs[k, t]) for k, t in enumerate(TARGETS)]
+    kept = ({0: ROWS}, None)
+    rows = rows_checked(kept, TARGETS, reported, "rollout.decode", as_logprobs=True)
+    assert torch.equal(rows, ROWS)  # the logits rows themselves, not their logprobs
+    off = [*reported[:2], float(torch.nextafter(logprobs[2, 1], torch.tensor(0.0)))]
+    with pytest.raises(ScoringError) as err:
+        rows_checked(kept, TARGETS, off, "rollout.decode", as_logprobs=True)
+    assert err.value.code == "runtime.logits_row_mismatch"
+    with pytest.raises(ScoringError):  # a raw logit is not a logprob
+        rows_checked(kept, TARGETS, REPORTED, "rollout.decode", as_logprobs=True)
+
+
 def test_a_token_outside_the_rows_is_a_coded_error() -> None:
     with pytest.raises(ScoringError, match="outside the engine's 3 logits columns"):
         rows_checked(({0: ROWS}, None), [2, 0, 3], REPORTED, "rollout.prefill")

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "xconf.interrupts",
             "xconf.case_record",
             "xconf.rollout_correction",
+            "xconf.full_vocab",
             "xconf.shown_text",
             "xconf.runtime.deadline",
             "xconf.runtime.ranks",

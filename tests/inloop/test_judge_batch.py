@@ -166,3 +166,43 @@ def test_step_judge_seals_failing_and_every_nth_step(xconf_cli: Any, tmp_path: P
     with pytest.raises(InloopError):
         judge(12, *_step(1e-3).values(), rollout_dtype="float32", training_dtype="float32",
               labels=responses)  # fmt: skip
+
+
+def test_full_logits_give_the_full_vocabulary_figures_and_never_vote() -> None:
+    from tests import full_vocab_reference as referee
+
+    step: dict[str, Any] = _step(0.0, seed=3)
+    g = torch.Generator().manual_seed(4)
+    rollout_logits = torch.randn((6, 16, 32), generator=g)
+    training_logits = rollout_logits + 0.1 * torch.randn((6, 16, 32), generator=g)
+    plain = xconf.judge_batch(**step, rollout_dtype="float32", training_dtype="float32")
+    full = xconf.judge_batch(
+        **step,
+        rollout_dtype="float32",
+        training_dtype="float32",
+        rollout_logits=rollout_logits,
+        training_logits=training_logits,
+    )
+    assert full.result == plain.result == "pass"
+    mask = step["response_mask"].bool()
+    want = referee.figures(rollout_logits[mask].numpy(), training_logits[mask].numpy())
+    case = full.document["full_vocab"]["case"]["mean"]
+    for name, values in want.items():
+        assert case[name] == pytest.approx(float(values.mean()), rel=1e-12)
+        assert full.figures[f"xconf/full_vocab/{name}_mean"] == case[name]
+    assert plain.document["full_vocab"]["available"] is False  # no rows given: said so
+    assert not any(k.startswith("xconf/full_vocab/") for k in plain.figures)
+    with pytest.raises(InloopError) as one_side:
+        xconf.judge_batch(
+            **step, rollout_dtype="float32", training_dtype="float32", rollout_logits=rollout_logits
+        )
+    assert one_side.value.code == "inloop.logits_missing"
+    with pytest.raises(InloopError) as shape:
+        xconf.judge_batch(
+            **step,
+            rollout_dtype="float32",
+            training_dtype="float32",
+            rollout_logits=rollout_logits[:, :8],
+            training_logits=training_logits[:, :8],
+        )
+    assert shape.value.code == "inloop.bad_shape"

@@ -239,3 +239,36 @@ def assemble_scores(
                 raise ScoringError("runtime.score_shape", f"position {t} outside sample {b}", side)
             out[b, t] = float(value)
     return out
+
+
+class VocabRows:
+    """The full-vocabulary logits rows a side computed for its active tokens, kept as it
+    scores (sample, position -> one [vocab] row) and handed over row-major over the active
+    mask (:meth:`active_rows`), the order ``SideScore.vocab_rows`` is in."""
+
+    def __init__(self, batch: FrozenBatch) -> None:
+        self.batch = batch
+        self._rows: list[dict[int, Any]] = [{} for _ in batch.samples]
+
+    def keep(self, sample: int, positions: Sequence[int], rows: Any) -> None:
+        """Keep ``rows[k]`` ([n, vocab]) for ``positions[k]`` of ``sample``, active ones only."""
+        first = len(self.batch.samples[sample].prompt_ids) - 1
+        for k, position in enumerate(positions):
+            if position >= first:
+                self._rows[sample][int(position)] = rows[k]
+
+    def active_rows(self) -> Any:
+        """[active tokens, vocab] float32, or None when a row is missing or widths differ."""
+        import torch
+
+        picked = []
+        for b, sample in enumerate(self.batch.samples):
+            first = len(sample.prompt_ids) - 1
+            for t in range(first, sample.length - 1):
+                row = self._rows[b].get(t)
+                if row is None:
+                    return None
+                picked.append(row)
+        if not picked or len({int(r.shape[-1]) for r in picked}) != 1:
+            return None
+        return torch.stack(picked).to(torch.float32)

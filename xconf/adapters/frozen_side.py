@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError
-from xconf.adapters.frozen import FrozenBatch
+from xconf.adapters.frozen import FrozenBatch, VocabRows
 from xconf.experiment import Identity
 from xconf.runtime.protocol import FrozenInputs, ReadOnlyEvidence, SelectedLogprobOp, SideScore
 
@@ -35,7 +35,14 @@ def check_inputs(inputs: FrozenInputs, batch: FrozenBatch) -> None:
 
 class FrozenSide:
     """Scores the identity's own frozen layout (the runner's tensors are checked against it
-    first) and echoes back what it scored; a side supplies ``_score`` and its evidence."""
+    first) and echoes back what it scored; a side supplies ``_score`` and its evidence.
+
+    A side whose engine computes full-vocabulary logits rows sets ``keeps_vocab_rows``: its
+    ``_score`` then keeps each active token's row in ``self.vocab_rows`` (a fresh
+    :class:`VocabRows` per call), and the score carries them (``SideScore.vocab_rows``)."""
+
+    keeps_vocab_rows = False
+    vocab_rows: VocabRows | None = None
 
     def score(
         self,
@@ -46,7 +53,13 @@ class FrozenSide:
     ) -> SideScore:
         batch = FrozenBatch.from_identity(identity)
         check_inputs(inputs, batch)
-        logprobs, evidence = self._score(batch, identity, batch_size, operator)
+        self.vocab_rows = VocabRows(batch) if self.keeps_vocab_rows else None
+        try:
+            logprobs, evidence = self._score(batch, identity, batch_size, operator)
+            kept = self.vocab_rows
+            rows = None if kept is None else kept.active_rows()
+        finally:
+            self.vocab_rows = None  # rows never outlive the call that scored them
         return SideScore(
             logprobs=logprobs,
             scored_token_ids=inputs.token_ids.clone(),
@@ -54,6 +67,7 @@ class FrozenSide:
             scored_active_mask=inputs.active_mask.clone(),
             evidence=evidence,
             identity_digest=identity.digest(),
+            vocab_rows=rows,
         )
 
     def _score(

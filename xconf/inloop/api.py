@@ -183,6 +183,12 @@ def figures(document: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(values, Mapping):
                 for name, value in values.items():
                     out[f"{PREFIX}{prefix}{name}"] = _number(value)
+    vocab = document.get("full_vocab")
+    if isinstance(vocab, Mapping) and vocab.get("available"):
+        case = vocab.get("case") or {}
+        for stat in ("mean", "max"):
+            for name, value in (case.get(stat) or {}).items():
+                out[f"{PREFIX}full_vocab/{name}_{stat}"] = _number(value)
     return out
 
 
@@ -228,6 +234,8 @@ def judge_batch(
     rollout_dtype: str,
     training_dtype: str,
     correction: Correction | None = None,
+    rollout_logits: Any = None,
+    training_logits: Any = None,
 ) -> BatchVerdict:
     """Judge one step's [B, T] logprobs by the contract's threshold for the two dtypes.
 
@@ -239,6 +247,11 @@ def judge_batch(
     code, all as :class:`InloopError`; the verdict itself never raises: non-finite active scores are
     ``invalid_artifact``, an empty mask ``zero_active_tokens``. Whatever goes wrong is an
     :class:`InloopError` (a judge or correction error keeps its code).
+
+    ``rollout_logits`` / ``training_logits``: both sides' full-vocabulary rows ([B, T, V]
+    logits or log-probabilities, aligned with the mask), for the full-vocabulary figures
+    (``document["full_vocab"]``, logged as ``xconf/full_vocab/...``: KL both ways, total
+    variation, top-1/top-10 overlap, argmax agreement); they never change the verdict.
     """
     from xconf.judge.seal import verdict
 
@@ -247,7 +260,43 @@ def judge_batch(
         from xconf.rollout_correction import check_correction
 
         check_correction(correction)  # its code, as judge raises it
+    vocab = _vocab_rows(rollout_logits, training_logits, mask)
     case = in_memory_case(rollout, training, mask, rollout_dtype, training_dtype, correction)
     _, _, comparison = verdict(case)
     document = comparison.to_dict()
+    if vocab is not None and comparison.result in ("pass", "fail"):
+        from xconf.full_vocab import full_vocab_figures
+
+        document["full_vocab"] = full_vocab_figures(*vocab, mask)
     return BatchVerdict(comparison.result, figures(document), document)
+
+
+def _vocab_rows(
+    rollout_logits: Any, training_logits: Any, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides' rows of the active tokens ([active, V] each), or None when none given."""
+    if rollout_logits is None and training_logits is None:
+        return None
+    picked = []
+    for name, value in (("rollout_logits", rollout_logits), ("training_logits", training_logits)):
+        if value is None:
+            raise InloopError("inloop.logits_missing", "full logits need both sides' rows", name)
+        rows = host_tensor(value, name)
+        if rows.ndim != 3 or tuple(rows.shape[:2]) != tuple(mask.shape):
+            raise InloopError(
+                "inloop.bad_shape",
+                f"{name} has shape {tuple(rows.shape)}, expected [B, T, V] with "
+                f"[B, T] = {tuple(mask.shape)}",
+                name,
+            )
+        if not rows.is_floating_point():
+            raise InloopError("inloop.not_float", f"{name} holds {rows.dtype}, not logits", name)
+        picked.append(rows[mask])
+    if picked[0].shape[-1] != picked[1].shape[-1]:
+        raise InloopError(
+            "inloop.bad_shape",
+            f"the two sides' vocabularies differ ({picked[0].shape[-1]} and "
+            f"{picked[1].shape[-1]} columns)",
+            "training_logits",
+        )
+    return picked[0], picked[1]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xconf.full_vocab import ARGMAX, KL_RT, KL_TR, TV, case_mean
 from xconf.report.loader import TokenDiffs
 from xconf.report.model import (
     AttributionRow,
@@ -153,6 +154,11 @@ def attribution_row(
         log10_shift=shift,
         threshold=case.threshold,
         effect=case_effect,
+        kl_rollout_training=case_mean(case.full_vocab, KL_RT),
+        kl_training_rollout=case_mean(case.full_vocab, KL_TR),
+        total_variation=case_mean(case.full_vocab, TV),
+        top10_overlap=case_mean(case.full_vocab, "top10_overlap"),
+        argmax_agreement=case_mean(case.full_vocab, ARGMAX),
     )
 
 

@@ -203,6 +203,7 @@ def _case_report(case: StoredCase, factory: DecoderFactory) -> CaseReport:
         problems=tuple(problems),
         wall_s=stats.as_float(payload.actual.get("wall_s")) if payload else None,
         rollout_correction=_mapping_or_none(comparison.get("rollout_correction")),
+        full_vocab=_mapping_or_none(comparison.get("full_vocab")),
         sequences=sequences(identity, diffs, decode) if diffs is not None and decode else (),
         worst_sequences_by_log_ratio=by_ratio,
         worst_sequences_by_mismatches=by_mismatches,

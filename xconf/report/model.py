@@ -148,6 +148,7 @@ class CaseReport:
     problems: tuple[str, ...]
     wall_s: float | None = None  # seconds the case took (both engines and both sides)
     rollout_correction: Mapping[str, Any] | None = None  # verl's figures; never vote
+    full_vocab: Mapping[str, Any] | None = None  # xconf/full_vocab.py's figures; never vote
     sequences: tuple[SequenceText, ...] = ()  # only with a tokenizer at hand
     # The worst sequences by |sequence log-ratio| and by mismatch count (report/sequences.py).
     worst_sequences_by_log_ratio: tuple[SequenceDrift, ...] = ()
@@ -210,6 +211,12 @@ class AttributionRow:
     log10_shift: float | None  # log10((max + eps) / (baseline max + eps))
     threshold: float | None = None  # this case's own contract threshold
     effect: Effect | None = None  # mean |diff| against the baseline's, with its interval
+    # The case's full-vocabulary means (xconf/full_vocab.py; None: no rows on a side).
+    kl_rollout_training: float | None = None
+    kl_training_rollout: float | None = None
+    total_variation: float | None = None
+    top10_overlap: float | None = None
+    argmax_agreement: float | None = None
 
 
 @dataclass(frozen=True)

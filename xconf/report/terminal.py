@@ -112,13 +112,34 @@ def _effect_table(data: ReportData) -> Any:
         header_style="bold dim",
         pad_edge=False,
     )
-    for name in ("intervention", "result", "vs baseline", "max |diff|"):
-        table.add_column(name, justify="right" if name == "max |diff|" else "left")
+    # The full-vocabulary means (figures, never votes), where both sides kept their rows.
+    vocab = any(r.kl_rollout_training is not None for r in rows)
+    names: tuple[str, ...] = ("intervention", "result", "vs baseline", "max |diff|")
+    names += ("KL(r‖t)", "KL(t‖r)", "TV", "top-10", "argmax") if vocab else ()
+    for name in names:
+        table.add_column(name, justify="left" if name in names[:3] else "right")
     for row in rows[:MAX_ROWS]:
+        figures = (
+            (
+                sci(row.kl_rollout_training),
+                sci(row.kl_training_rollout),
+                sci(row.total_variation),
+                _share(row.top10_overlap),
+                _share(row.argmax_agreement),
+            )
+            if vocab
+            else ()
+        )
         table.add_row(
             Text(row.label),
             Text(row.result, style=STYLES.get(row.result, "")),
             Text(describe(row.effect), style="bold" if more_drift(row.effect) else "dim"),
             sci(row.max_abs_diff),
+            *figures,
         )
     return table
+
+
+def _share(value: float | None) -> str:
+    """A mean overlap or agreement (0..1) to four places; a dash when there is none."""
+    return "—" if value is None else f"{value:.4f}"

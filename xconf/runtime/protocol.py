@@ -313,6 +313,10 @@ class SideScore:
     scored_active_mask: torch.Tensor
     evidence: ReadOnlyEvidence
     identity_digest: str
+    # The full-vocabulary logits rows of the active tokens, [active tokens, vocab] float32,
+    # row-major over the active mask (None: the engine keeps none). Figures only
+    # (``xconf/full_vocab.py``): never part of the verdict or of the stored scores.
+    vocab_rows: torch.Tensor | None = None
 
 
 @runtime_checkable

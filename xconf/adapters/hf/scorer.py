@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import ScoringError
-from xconf.adapters.frozen import FrozenBatch, assemble_scores
+from xconf.adapters.frozen import FrozenBatch, VocabRows, assemble_scores
 from xconf.adapters.hf.align.apply import ArmCount, arm_counts, decode_ready
 from xconf.adapters.hf.head import HeadDtypes, Temperature, install_float32_head
 from xconf.adapters.hf.layout import lay_out
@@ -103,11 +103,14 @@ def teacher_forced_scores(
     op: SelectedLogprobOp | None = None,
     remove_padding: bool = False,
     shaping: Shaping | None = None,
+    vocab_rows: VocabRows | None = None,
 ) -> TrainingScore:
     """Score every frozen sample (chunks of ``batch_size``) and verify the model is untouched.
 
     ``shaping``: the model carries the forwards of arms or of the decode mode, which
-    ``shaped.Shaping`` drives (None: one plain teacher-forced forward per request)."""
+    ``shaped.Shaping`` drives (None: one plain teacher-forced forward per request).
+    ``vocab_rows``: where a plain pass keeps the logits rows of the active tokens (a shaped
+    pass keeps none: its rows are the arms', position by position)."""
     import torch
 
     native = op is None
@@ -164,6 +167,12 @@ def teacher_forced_scores(
                 )
                 for k in range(selected.shape[0]):
                     per_sample[chunk[int(sample_of[k])]][int(offsets[k])] = float(selected[k])
+                if vocab_rows is not None:
+                    kept = flat_logits[active.to(device)].detach().to("cpu", torch.float32)
+                    owners, where = sample_of[active], offsets[active]
+                    for r in range(len(samples)):
+                        mine = owners == r
+                        vocab_rows.keep(chunk[r], where[mine].tolist(), kept[mine])
     finally:
         reshard(model)
         restore_modes(model, modes)
@@ -254,12 +263,16 @@ class HFTrainingScorer:
         self.temperature = Temperature(self.model, cfg.temperature)
 
     def score(
-        self, batch: FrozenBatch, batch_size: int, op: SelectedLogprobOp | None = None
+        self,
+        batch: FrozenBatch,
+        batch_size: int,
+        op: SelectedLogprobOp | None = None,
+        vocab_rows: VocabRows | None = None,
     ) -> TrainingScore:
         self.head_dtypes.clear()
         self.temperature.clear()
         score = teacher_forced_scores(
-            self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping
+            self.model, batch, batch_size, op, self.cfg.remove_padding, self.shaping, vocab_rows
         )
         self.last_request_size = batch_size
         self.request_sizes = list(score.request_sizes)

@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 class HfScorerSide(FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.hf.scorer.HFTrainingScorer`; ``readback``
-    is the side's (its readings and each knob read by the side's handler)."""
+    is the side's (its readings and each knob read by the side's handler). It keeps the
+    logits rows of the active tokens of a plain teacher-forced pass (not of a shaped one)."""
+
+    keeps_vocab_rows = True
 
     def __init__(
         self,
@@ -39,7 +42,7 @@ class HfScorerSide(FrozenSide):
         batch_size: int,
         operator: SelectedLogprobOp | None,
     ) -> tuple[Any, ReadOnlyEvidence]:
-        result = self.scorer.score(batch, batch_size, operator)
+        result = self.scorer.score(batch, batch_size, operator, vocab_rows=self.vocab_rows)
         evidence = ReadOnlyEvidence(
             state_digest_before=f"{result.digest_before.parameters}:{result.digest_before.buffers}",
             state_digest_after=f"{result.digest_after.parameters}:{result.digest_after.buffers}",

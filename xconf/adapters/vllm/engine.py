@@ -304,11 +304,11 @@ class VllmRolloutEngine:
             raise load_failure("vLLM", exc, cfg.model_path) from exc
         self._closed = False
         _LIVE.add(self)
-        if cfg.logprobs_mode == "raw_logits":
-            # The operator path's prompt rows are kept as tensors in every worker (rows.py).
-            from xconf.adapters.vllm.rows import install_prompt_capture
+        # Prompt rows are kept as tensors in every worker for the requests that ask (rows.py):
+        # the operator path's, and the full-vocabulary figures' on the native path.
+        from xconf.adapters.vllm.rows import install_prompt_capture
 
-            self.llm.collective_rpc(install_prompt_capture)
+        self.llm.collective_rpc(install_prompt_capture)
         self.last_batch_size: int | None = None  # the chunking of the last score call
         self.last_scoring_mode: str | None = None  # decode or prefill, of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call

@@ -1,4 +1,5 @@
-"""Full-vocabulary logits rows as tensors, kept inside the engine for an injected operator.
+"""Full-vocabulary logits rows as tensors, kept inside the engine for an injected operator
+and for the full-vocabulary figures (``xconf/full_vocab.py``, native path included).
 
 Asked for full-vocabulary logits (``logprobs=-1``), vLLM returns one dict of ``Logprob``
 objects per scored token: 49,152 Python objects a token on the real default, 113 million
@@ -14,14 +15,16 @@ and in multiprocess TP workers alike):
   processors run before it, and they leave every row of a request without those settings
   untouched.
 - prefill: the model runner's prompt-logprobs step is wrapped (:func:`install_prompt_capture`,
-  run in every worker when a ``raw_logits`` engine is built), so each ``compute_logits``
-  output for an asked-for request is kept as ``logits.to(float32)``: the very scores vLLM
-  gathers a ``raw_logits`` engine's prompt logprobs from.
+  run in every worker when an engine is built), so each ``compute_logits`` output for an
+  asked-for request is kept as ``logits.to(float32)``: the very scores vLLM gathers a
+  ``raw_logits`` engine's prompt logprobs from (and a ``raw_logprobs`` engine's
+  ``log_softmax``).
 
 Every request still asks vLLM for its own token's raw logit (``logprobs=0``,
-``prompt_logprobs=0``), and :func:`rows_checked` compares each kept row with it bit for bit:
-a row kept for the wrong request or position is a coded error, never an input to the
-operator.
+``prompt_logprobs=0``; a ``raw_logprobs`` engine: its raw logprob), and :func:`rows_checked`
+compares each kept row with it bit for bit (``as_logprobs``: the row's float32
+``log_softmax``, as vLLM's sampler computes it): a row kept for the wrong request or
+position is a coded error, never an input to the operator or a figure.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def take_rows(worker: Any, keys: Sequence[str]) -> dict[str, Any] | None:
 
 
 def install_prompt_capture(worker: Any) -> bool:
-    """Runs in every worker (``collective_rpc``) of a ``raw_logits`` engine: wraps the model
+    """Runs in every worker (``collective_rpc``) of every engine: wraps the model
     runner's prompt-logprobs step so that an asked-for request's prompt rows are kept."""
     runner = worker.model_runner
     original = runner._get_prompt_logprobs_dict
@@ -131,9 +134,13 @@ def rows_checked(
     targets: Sequence[int],
     reported: Sequence[float],
     where: str,
+    *,
+    as_logprobs: bool = False,
 ) -> torch.Tensor:
     """One request's kept rows as one [len(targets), vocab] tensor, each row checked against
-    the raw logit vLLM reported for its target token (``reported``), bit for bit."""
+    the raw logit vLLM reported for its target token (``reported``), bit for bit.
+    ``as_logprobs``: ``reported`` are a ``raw_logprobs`` engine's raw logprobs, which its
+    sampler computes as ``log_softmax(logits, dtype=float32)`` of the row kept here."""
     chunks, broken = kept
     if broken is not None:
         raise ScoringError("runtime.missing_logits", broken, where)
@@ -163,7 +170,8 @@ def rows_checked(
             f"a scored token id is outside the engine's {rows.shape[1]} logits columns",
             where,
         )
-    mine = rows.gather(1, index[:, None]).squeeze(1)
+    scores = rows.log_softmax(-1, dtype=torch.float32) if as_logprobs else rows
+    mine = scores.gather(1, index[:, None]).squeeze(1)
     theirs = torch.tensor(reported, dtype=torch.float32)
     same = (mine == theirs) | (mine.isnan() & theirs.isnan())
     if not bool(same.all()):

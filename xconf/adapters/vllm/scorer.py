@@ -23,7 +23,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from xconf.adapters.errors import IdentityViolationError, ScoringError
-from xconf.adapters.frozen import DEFAULT_PROMPTS, FrozenBatch, FrozenSample, assemble_scores
+from xconf.adapters.frozen import (
+    DEFAULT_PROMPTS,
+    FrozenBatch,
+    FrozenSample,
+    VocabRows,
+    assemble_scores,
+)
 from xconf.adapters.vllm import rows as logits_rows
 from xconf.adapters.vllm.engine import VllmRolloutEngine
 from xconf.knobs import LOGP_BACKEND
@@ -87,8 +93,9 @@ def _select(
     op: SelectedLogprobOp | None,
     where: str,
     kept: Any = None,
-) -> list[float]:
-    """Native: the engine's raw logprob. Operator: op over the engine's full logits rows
+) -> tuple[list[float], Any]:
+    """The selected logprobs and the request's logits rows ([targets, vocab]; None: none
+    kept). Native: the engine's raw logprob. Operator: op over the engine's full logits rows
     (``kept``: the rows the engine kept for this request, checked against ``entries``, the
     raw logit it reported for each target)."""
     reported = [
@@ -96,7 +103,7 @@ def _select(
         for k, (e, t) in enumerate(zip(entries, targets, strict=True))
     ]
     if op is None:
-        return reported
+        return reported, (None if kept is None else _native_rows(kept, targets, reported, where))
     import torch
 
     logits = logits_rows.rows_checked(kept, targets, reported, where)
@@ -110,17 +117,25 @@ def _select(
         raise ScoringError(
             "runtime.operator_output", "operator must return float32 [N]", LOGP_BACKEND.path
         )
-    return out.tolist()
+    return out.tolist(), logits
+
+
+def _native_rows(kept: Any, targets: list[int], reported: list[float], where: str) -> Any:
+    """The rows a ``raw_logprobs`` engine kept (its logits as the sampler saw them), each
+    checked against the raw logprob it reported: vLLM's ``log_softmax(logits, float32)`` of
+    the same row gives the very bits."""
+    return logits_rows.rows_checked(kept, targets, reported, where, as_logprobs=True)
 
 
 @contextmanager
 def _kept_rows(
-    engine: VllmRolloutEngine, n: int, op: SelectedLogprobOp | None
+    engine: VllmRolloutEngine, n: int, asks: bool
 ) -> Iterator[tuple[list[dict[str, str]], dict[str, Any]]]:
-    """Each request's ``extra_args`` asking the engine to keep its logits rows (only for an
-    operator), and, once the block's ``generate`` is done, what the engine kept: taken from
-    the workers even when ``generate`` failed, so no rows outlive their requests."""
-    keys = [f"{uuid.uuid4().hex}:{i}" for i in range(n)] if op is not None else []
+    """Each request's ``extra_args`` asking the engine to keep its logits rows (``asks``: an
+    operator computes from them, or the caller collects them), and, once the block's
+    ``generate`` is done, what the engine kept: taken from the workers even when ``generate``
+    failed, so no rows outlive their requests."""
+    keys = [f"{uuid.uuid4().hex}:{i}" for i in range(n)] if asks else []
     extra = [{logits_rows.ROWS_KEY: k} for k in keys] or [{} for _ in range(n)]
     kept: dict[str, Any] = {"keys": keys}
     try:
@@ -135,11 +150,14 @@ def _kept_rows(
 
 
 def _score_decode(
-    engine: VllmRolloutEngine, samples: list[FrozenSample], op: SelectedLogprobOp | None
+    engine: VllmRolloutEngine,
+    samples: list[FrozenSample],
+    op: SelectedLogprobOp | None,
+    rows: Callable[[int, list[int], Any], None] | None = None,
 ) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
-    with _kept_rows(engine, len(samples), op) as (extra, kept):
+    with _kept_rows(engine, len(samples), op is not None or rows is not None) as (extra, kept):
         params = [
             SamplingParams(
                 max_tokens=len(s.response_ids),
@@ -169,18 +187,23 @@ def _score_decode(
             raise ScoringError(
                 "runtime.missing_logprob", "decode returned no per-token logprobs", "rollout"
             )
-        values = _select(list(comp.logprobs), list(got), op, "rollout.decode", _of(kept, i))
+        values, logits = _select(list(comp.logprobs), list(got), op, "rollout.decode", _of(kept, i))
         base = len(s.prompt_ids) - 1
+        if rows is not None:
+            rows(i, [base + k for k in range(len(values))], logits)
         result.append({base + k: v for k, v in enumerate(values)})
     return result
 
 
 def _score_prefill(
-    engine: VllmRolloutEngine, samples: list[FrozenSample], op: SelectedLogprobOp | None
+    engine: VllmRolloutEngine,
+    samples: list[FrozenSample],
+    op: SelectedLogprobOp | None,
+    rows: Callable[[int, list[int], Any], None] | None = None,
 ) -> list[dict[int, float]]:
     from vllm import SamplingParams
 
-    with _kept_rows(engine, len(samples), op) as (extra, kept):
+    with _kept_rows(engine, len(samples), op is not None or rows is not None) as (extra, kept):
         # prompt_logprobs=0: each prompt token's own raw logprob, or raw logit
         params = [
             SamplingParams(
@@ -204,7 +227,9 @@ def _score_prefill(
                 "runtime.missing_logprob", "prefill returned no prompt logprobs", "rollout"
             )
         ids = s.token_ids
-        values = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill", _of(kept, i))
+        values, logits = _select(list(plp[1:]), list(ids[1:]), op, "rollout.prefill", _of(kept, i))
+        if rows is not None:
+            rows(i, list(range(len(values))), logits)
         result.append(dict(enumerate(values)))
     return result
 
@@ -215,8 +240,11 @@ def score_frozen(
     mode: str,
     batch_size: int,
     op: SelectedLogprobOp | None = None,
+    vocab_rows: VocabRows | None = None,
 ) -> Any:
-    """Score every frozen sample in requests of ``batch_size``: float32 [B, T], core layout."""
+    """Score every frozen sample in requests of ``batch_size``: float32 [B, T], core layout.
+    ``vocab_rows``: where each scored token's logits row is kept (None: the engine keeps
+    rows only for an operator)."""
     if mode not in ROLLOUT_MODES:
         raise ScoringError(
             "runtime.unsupported_mode",
@@ -243,17 +271,27 @@ def score_frozen(
         # The measured prefix-caching path: a warm-up pass fills the cache, the scored pass
         # below hits it; the hits it reports are the evidence that caching was exercised.
         for chunk in batch.chunks(batch_size):
-            scorer(engine, [batch.samples[i] for i in chunk], op)
+            scorer(engine, [batch.samples[i] for i in chunk], op)  # rows: the scored pass's
         engine.request_sizes = []
         engine.prefix_cache_hits = None
     engine.last_batch_size = batch_size
     engine.last_scoring_mode = mode
     per_sample: list[dict[int, float]] = [{} for _ in batch.samples]
     for chunk in batch.chunks(batch_size):
-        scored = scorer(engine, [batch.samples[i] for i in chunk], op)
+        keep = None if vocab_rows is None else _keeper(vocab_rows, chunk)
+        scored = scorer(engine, [batch.samples[i] for i in chunk], op, keep)
         for i, positions in zip(chunk, scored, strict=True):
             per_sample[i] = positions
     return assemble_scores(batch, per_sample, side="rollout")
+
+
+def _keeper(vocab_rows: VocabRows, chunk: list[int]) -> Callable[[int, list[int], Any], None]:
+    """Keeps the rows of a block's ``i``-th request as those of sample ``chunk[i]``."""
+
+    def keep(i: int, positions: list[int], rows: Any) -> None:
+        vocab_rows.keep(chunk[i], positions, rows)
+
+    return keep
 
 
 def _cached(outs: Any) -> int:

@@ -78,7 +78,10 @@ def _worker_weight_digest(worker: Any) -> str:
 
 class VllmRolloutSide(FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`;
-    ``readback`` is the side's (``side.VLLM.readback``: readings and each knob's handler)."""
+    ``readback`` is the side's (``side.VLLM.readback``: readings and each knob's handler).
+    Its engine keeps every scored token's logits row (``rows.py``), native path included."""
+
+    keeps_vocab_rows = True
 
     def __init__(
         self,
@@ -109,7 +112,9 @@ class VllmRolloutSide(FrozenSide):
 
         before = self._weights()
         mode = self.scoring_mode or identity.scoring_mode
-        logprobs = score_frozen(self.engine, batch, mode, batch_size, operator)
+        logprobs = score_frozen(
+            self.engine, batch, mode, batch_size, operator, vocab_rows=self.vocab_rows
+        )
         evidence = ReadOnlyEvidence(
             state_digest_before=before,
             state_digest_after=self._weights(),
