@@ -91,3 +91,21 @@ def xconf_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, st
         return code, out, err
 
     return call
+
+
+# Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), a test file is the unit
+# a worker takes whole, so its module fixtures (engines, sealed runs) are built once. Every test
+# of the shared local clusters goes to one worker: the fault tests kill slurmd and Ray workers,
+# and a second test on the same cluster at that moment would see the fault as its own.
+SERVICE_FIXTURES = frozenset({"slurm_cluster", "ray_cluster"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            group = "services"
+        else:
+            group = item.nodeid.partition("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
