@@ -13,6 +13,8 @@ export XCONF_MODEL_CACHE ?= $(CURDIR)/.cache/xconf-models
 export XCONF_KERNEL_CACHE ?= $(CURDIR)/.cache/xconf-kernels
 # Hydra's launcher conformance suites run in a session of their own, as Hydra's plugins do.
 CONFORMANCE := tests/launchers/test_torchrun_conformance.py
+# Test workers (pytest-xdist); each takes a whole test file (tests/conftest.py groups them).
+TEST_WORKERS ?= 2
 
 .PHONY: setup run run-s0 test lint typecheck unit bench clean
 
@@ -69,7 +71,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup
-	XCONF_REQUIRE_TRITON=1 $(PY) -m pytest --ignore=$(CONFORMANCE)
+	XCONF_REQUIRE_TRITON=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=$(CONFORMANCE)
 	$(PY) -m pytest $(CONFORMANCE)
 
 test: lint typecheck unit

@@ -91,3 +91,41 @@ def xconf_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, st
         return code, out, err
 
     return call
+
+
+# Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), a test file is the unit
+# a worker takes whole, so its module fixtures (engines, sealed runs) are built once. Every test
+# of the shared local clusters goes to one worker: the fault tests kill slurmd and Ray workers,
+# and a second test on the same cluster at that moment would see the fault as its own.
+SERVICE_FIXTURES = frozenset({"slurm_cluster", "ray_cluster"})
+# Workers take groups in collection order, so the longest go first: collected last, the
+# real default's order test alone kept one worker busy for five minutes while the other idled.
+LONGEST_FIRST = (
+    "services",
+    "tests/truth/test_order_smollm2.py",
+    "tests/truth/test_fix_smollm2.py",
+    "tests/adapters/test_pretrained.py",
+    "tests/megatron/test_s2_runtime.py",
+    "tests/reliability/test_rel_crash.py",
+    "tests/truth/test_arms_smollm2.py",
+    "tests/localize/test_localize_pretrained.py",
+    "tests/truth/test_order_s2.py",
+    "tests/launchers/test_megatron_torchrun.py",
+)
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return "services"
+    return item.nodeid.partition("::")[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Workers collect (each must give the same order); the controller only schedules.
+    if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
+        return  # one process: collection order, as without xdist
+    groups = {item.nodeid: _xdist_group(item) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))  # stable
