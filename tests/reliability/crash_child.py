@@ -37,8 +37,8 @@ import xconf.adapters.cpu_smoke.engines as engines_mod
 import xconf.artifacts.safe_io as safe_io
 import xconf.artifacts.store as store_mod
 import xconf.cli.main as cli_main
-import xconf.runner as runner_mod
 import xconf.session as session
+import xconf.side_scoring as side_scoring_mod
 
 RUN_FLAGS = ["--runtime", "cpu-smoke", "--allow-smoke-operators"]
 
@@ -87,7 +87,7 @@ def install(faults: Faults) -> None:
     for cls in (engines_mod.RolloutEngine, engines_mod.TrainingEngine):
         _wrap(faults, cls, "score", f"{cls.__name__}.score", "scoring")
         _wrap(faults, cls, "_logits", f"{cls.__name__}.logits", "scoring")
-    _wrap(faults, runner_mod, "compare", "compare", "comparison")
+    _wrap(faults, side_scoring_mod, "compare", "compare", "comparison")  # where it is called
     _wrap(faults, store_mod, "allocate_attempt_dir", "allocate_attempt", "allocation")
 
     publish = store_mod.publish_bytes

@@ -174,7 +174,8 @@ def apply_readback(
             )
             continue
         value = readback[knob.path]
-        if not isinstance(value, bool | int | str):  # a derived record is never a knob value
+        # A derived record is never a knob value; a float is (training.temperature's divisor).
+        if not isinstance(value, bool | int | float | str):
             raise RuntimeMaterializationError(
                 "runtime.readback_type",
                 f"engine read back a {type(value).__name__} for a knob",
