@@ -30,7 +30,7 @@ CASES = {
 def _run(out: Path, overrides: list[str], rows: bool) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    import xconf.runner
+    import xconf.side_scoring
     from xconf.adapters.hf.side_engine import HfScorerSide
     from xconf.adapters.vllm.side_engine import VllmRolloutSide
     from xconf.config.hydra_document import experiment_document
@@ -38,7 +38,7 @@ def _run(out: Path, overrides: list[str], rows: bool) -> dict[str, Any]:
     from xconf.runtime.loading import instantiate_runtime
     from xconf.session import prepare, run_prepared
 
-    real = xconf.runner.compare
+    real = xconf.side_scoring.compare
     spent = [0.0]
 
     def timed_compare(*args: Any, **kwargs: Any) -> Any:
@@ -54,7 +54,7 @@ def _run(out: Path, overrides: list[str], rows: bool) -> dict[str, Any]:
     prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
     saved = (VllmRolloutSide.keeps_vocab_rows, HfScorerSide.keeps_vocab_rows)
     VllmRolloutSide.keeps_vocab_rows = HfScorerSide.keeps_vocab_rows = rows
-    xconf.runner.compare = timed_compare  # type: ignore[assignment]
+    xconf.side_scoring.compare = timed_compare  # type: ignore[assignment]
     adapter = instantiate_runtime(cfg.runtime)
     start = time.perf_counter()
     try:
@@ -62,7 +62,7 @@ def _run(out: Path, overrides: list[str], rows: bool) -> dict[str, Any]:
     finally:
         wall = time.perf_counter() - start
         adapter.close()
-        xconf.runner.compare = real  # type: ignore[assignment]
+        xconf.side_scoring.compare = real  # type: ignore[assignment]
         VllmRolloutSide.keeps_vocab_rows, HfScorerSide.keeps_vocab_rows = saved
     figures = {}
     for record in summary.records:
@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--cases", default="baseline,bf16")
     args = parser.parse_args()
     chosen = [c for c in args.cases.split(",") if c]
-    interventions = ", ".join(CASES[c] for c in chosen if CASES[c])
+    interventions = ", ".join(text for c in chosen if (text := CASES[c]))
     overrides = [
         "+experiment=s2_smollm2",
         "runtime=vllm_hf",
