@@ -40,12 +40,11 @@ def _decimal(value: float) -> float:
 
 
 def _forcing(metadata: Any) -> Any:
-    """The batch's forced-decoding processor (None: this batch has none: a warm-up run)."""
-    from xconf.adapters.vllm.forcing import ForcedTokensLogitsProcessor
-
+    """The batch's forced-decoding processor (None: this batch has none: a warm-up run).
+    Found by what it does (``forcing.py`` imports this module's key: no import back)."""
     processors = getattr(metadata, "logitsprocs", None)
     for processor in processors.all if processors is not None else ():
-        if isinstance(processor, ForcedTokensLogitsProcessor):
+        if callable(getattr(processor, "force_sampled", None)):
             return processor
     return None
 
