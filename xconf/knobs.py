@@ -13,7 +13,16 @@ from xconf.runtime.readback import DERIVED_NAMES, ROLLOUT_PREFIX_CACHE_HITS
 KnobValue = bool | int | float | str
 Lifecycle = Literal["request", "engine_construction", "process"]
 ValueKind = Literal[
-    "positive_int", "positive_float", "bool", "dtype", "choice", "backend_id", "arm"
+    "positive_int",
+    "positive_float",
+    "nonnegative_float",
+    "top_k",
+    "probability",
+    "bool",
+    "dtype",
+    "choice",
+    "backend_id",
+    "arm",
 ]
 
 # Lifecycles ordered from cheapest to most expensive to change.
@@ -401,6 +410,57 @@ TRAINING_TEMPERATURE = KnobSpec(
 # The largest temperature a knob accepts: beyond it every logprob is about -log(vocabulary).
 MAX_TEMPERATURE = 100.0
 
+# -- the rollout's logprobs and sampling (docs/arms.md, "Remedy knobs") ---------------------
+# What vLLM reports for a token: ``raw_logprobs`` (log-softmax of the model's logits, before
+# any temperature, top-k/top-p or logits processor) or ``processed_logprobs`` (after them).
+# vLLM's ``raw_logits``/``processed_logits`` report logits, not logprobs: they are how an
+# injected operator gets its rows (``logp.backend``: the operator binding's), not values here.
+RAW_LOGPROBS, PROCESSED_LOGPROBS = "raw_logprobs", "processed_logprobs"
+ROLLOUT_LOGPROBS_MODE = KnobSpec(
+    "rollout.logprobs_mode",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "the rollout's logprobs: raw (before temperature and top-k/top-p) or processed (after)",
+    _choices(
+        {
+            "raw_logprobs": RAW_LOGPROBS,
+            "raw": RAW_LOGPROBS,
+            "processed_logprobs": PROCESSED_LOGPROBS,
+            "processed": PROCESSED_LOGPROBS,
+        }
+    ),
+    tier="extended",
+)
+# The sampling the rollout's scoring requests ask with (vLLM's SamplingParams). xconf builds
+# the side per value (engine construction); vLLM takes them per request.
+ROLLOUT_TEMPERATURE = KnobSpec(
+    "rollout.temperature",
+    "engine_construction",
+    "nonnegative_float",
+    "rollout",
+    "the rollout's sampling temperature (0: greedy, what xconf's forced decoding asks)",
+    tier="extended",
+)
+ROLLOUT_TOP_K = KnobSpec(
+    "rollout.top_k",
+    "engine_construction",
+    "top_k",
+    "rollout",
+    "the rollout's top-k (0, or -1 as verl writes it: every token)",
+    tier="extended",
+)
+ROLLOUT_TOP_P = KnobSpec(
+    "rollout.top_p",
+    "engine_construction",
+    "probability",
+    "rollout",
+    "the rollout's top-p (nucleus) probability mass (1.0: every token)",
+    tier="extended",
+)
+# The largest top-k a knob accepts (above any vocabulary here; vLLM: >= vocab is no top-k).
+MAX_TOP_K = 1 << 20
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -436,6 +496,10 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             ROLLOUT_LOGITS_DTYPE,
             TRAINING_LOGITS_DTYPE,
             TRAINING_TEMPERATURE,
+            ROLLOUT_LOGPROBS_MODE,
+            ROLLOUT_TEMPERATURE,
+            ROLLOUT_TOP_K,
+            ROLLOUT_TOP_P,
         )
     }
 )
@@ -466,14 +530,34 @@ def normalize_value(spec: KnobSpec, raw: object) -> KnobValue:
         if raw > 4096:
             raise KnobValueError(f"{raw} is beyond any supported size (4096)")
         return raw
-    if spec.kind == "positive_float":
+    if spec.kind in ("positive_float", "nonnegative_float"):
         if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise KnobValueError(f"expected a positive number, got {raw!r}")
+            raise KnobValueError(f"expected a number, got {raw!r}")
         value = float(raw)
-        if not math.isfinite(value) or value <= 0.0:
-            raise KnobValueError(f"expected a finite number above 0, got {raw!r}")
+        if (
+            not math.isfinite(value)
+            or value < 0.0
+            or (value == 0.0 and spec.kind != "nonnegative_float")
+        ):
+            least = "0 or above" if spec.kind == "nonnegative_float" else "above 0"
+            raise KnobValueError(f"expected a finite number {least}, got {raw!r}")
         if value > MAX_TEMPERATURE:
             raise KnobValueError(f"{raw} is beyond any meaningful temperature ({MAX_TEMPERATURE})")
+        return value
+    if spec.kind == "top_k":
+        if isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+            raw = int(raw)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise KnobValueError(f"expected an integer, got {raw!r}")
+        if raw < -1 or raw > MAX_TOP_K:
+            raise KnobValueError(f"expected 0 or -1 (every token) or 1 to {MAX_TOP_K}, got {raw!r}")
+        return max(raw, 0)  # -1 (verl's spelling) and 0 (vLLM's) both mean every token
+    if spec.kind == "probability":
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise KnobValueError(f"expected a number, got {raw!r}")
+        value = float(raw)
+        if not (math.isfinite(value) and 0.0 < value <= 1.0):
+            raise KnobValueError(f"expected a probability above 0, at most 1, got {raw!r}")
         return value
     if spec.kind == "bool":
         if not isinstance(raw, bool):

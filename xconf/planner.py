@@ -102,7 +102,7 @@ def _check_path(path: str, where: str, issues: _Issues) -> bool:
 
 def _wrong_type(kind: str, raw: object) -> bool:
     """True when ``raw`` is not even of the knob's type (bool is not an int, 1 is not a bool)."""
-    if kind in ("positive_int", "positive_float"):
+    if kind in ("positive_int", "positive_float", "nonnegative_float", "top_k", "probability"):
         return isinstance(raw, bool) or not isinstance(raw, int | float)
     if kind == "bool":
         return not isinstance(raw, bool)

@@ -107,7 +107,7 @@ def test_readback_reports_the_live_engine(vllm_results: dict[Any, Any]) -> None:
     assert fp32["rollout.logits_dtype"] == bf16["rollout.logits_dtype"] == "model"
     assert fp32["rollout.compilation_mode"] == "NONE"
     assert fp32["rollout.tensor_parallel_size"] == 1
-    assert fp32["rollout.logprobs_mode"] == "raw_logprobs"
+    assert fp32["rollout.engine_logprobs_mode"] == "raw_logprobs"
     assert fp32["rollout.kv_cache_memory_bytes"] == 64 << 20
     workers = states[1].workers
     assert workers and workers[0]["param_dtypes"] == ["bfloat16"]
@@ -118,6 +118,7 @@ def test_forced_decoding_refuses_divergence(model_record: Any, frozen_batch: Fro
     """An engine that emits anything but the frozen tokens is an identity violation."""
     from xconf.adapters.errors import IdentityViolationError
     from xconf.adapters.vllm import scorer as vllm_scorer
+    from xconf.adapters.vllm.engine import RolloutEngineConfig
 
     class FakeCompletion:
         token_ids = (0,) * 12
@@ -132,6 +133,7 @@ def test_forced_decoding_refuses_divergence(model_record: Any, frozen_batch: Fro
 
     class FakeEngine:
         llm = FakeLLM()
+        cfg = RolloutEngineConfig(model_path="fake")  # the sampling its requests ask with
 
         def note_request(self, n: int, cached_tokens: int = 0) -> None:
             return None

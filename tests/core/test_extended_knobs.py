@@ -34,6 +34,10 @@ NEW_KNOBS = {
     "rollout.logits_dtype": "engine_construction",
     "training.logits_dtype": "engine_construction",
     "training.temperature": "engine_construction",
+    "rollout.logprobs_mode": "engine_construction",
+    "rollout.temperature": "engine_construction",
+    "rollout.top_k": "engine_construction",
+    "rollout.top_p": "engine_construction",
 }
 # Megatron's training side's own (adapters/megatron/handlers.py); vllm_hf has no handler.
 MEGATRON_KNOBS = {

@@ -34,8 +34,10 @@ def _extended_baseline(path: str) -> object:
         return False
     if spec.kind == "positive_int":
         return 64
-    if spec.kind == "positive_float":
+    if spec.kind in ("positive_float", "nonnegative_float", "probability"):
         return 1.0
+    if spec.kind == "top_k":
+        return 0
     if spec.kind == "dtype":
         return "float32"
     values = set((spec.choices or {}).values())
@@ -59,8 +61,12 @@ def _derived(path: str, base: object) -> object:
         return not base
     if spec.kind == "positive_int":
         return int(base) + 1 if isinstance(base, int) else 2
-    if spec.kind == "positive_float":
+    if spec.kind in ("positive_float", "nonnegative_float"):
         return float(base) * 2 if isinstance(base, int | float) else 2.0
+    if spec.kind == "probability":
+        return 0.5
+    if spec.kind == "top_k":
+        return 50
     if spec.kind == "dtype":
         return "bfloat16" if base != "bfloat16" else "float32"
     choices = sorted(set((spec.choices or {}).values()))

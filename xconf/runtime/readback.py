@@ -33,7 +33,11 @@ ROLLOUT_BLOCK_SIZE = ReadbackName("rollout.block_size", "tokens per paged KV-cac
 ROLLOUT_KV_CACHE_MEMORY_BYTES = ReadbackName(
     "rollout.kv_cache_memory_bytes", "bytes reserved for the KV cache"
 )
-ROLLOUT_LOGPROBS_MODE = ReadbackName("rollout.logprobs_mode", "raw_logprobs or raw_logits")
+ROLLOUT_ENGINE_LOGPROBS_MODE = ReadbackName(
+    "rollout.engine_logprobs_mode",
+    "vLLM's logprobs_mode as built: raw_logprobs, processed_logprobs, or raw_logits (an "
+    "injected operator's rows); the knob rollout.logprobs_mode reads back from its sampler",
+)
 ROLLOUT_MAX_MODEL_LEN = ReadbackName("rollout.max_model_len", "context length in tokens")
 ROLLOUT_SEED = ReadbackName("rollout.seed", "the engine's seed")
 ROLLOUT_DEVICE = ReadbackName("rollout.device", "the engine's device type")
@@ -106,7 +110,7 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             ROLLOUT_WORLD_SIZE,
             ROLLOUT_BLOCK_SIZE,
             ROLLOUT_KV_CACHE_MEMORY_BYTES,
-            ROLLOUT_LOGPROBS_MODE,
+            ROLLOUT_ENGINE_LOGPROBS_MODE,
             ROLLOUT_MAX_MODEL_LEN,
             ROLLOUT_SEED,
             ROLLOUT_DEVICE,

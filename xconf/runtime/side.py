@@ -16,6 +16,7 @@ The specs are found by name (:func:`resolve_side`, an import by string as
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,11 +63,16 @@ class SideBuild(Generic[M]):
 
 
 def readback_values(live: Mapping[str, Any]) -> dict[str, ReadbackValue]:
-    """The readback values an engine reports: scalars, None, layouts and failed reads."""
+    """The readback values an engine reports: scalars (a finite float too: a temperature),
+    None, layouts and failed reads."""
     from xconf.ops.logprob.contract import ShardingSpec
 
     kept = (bool, int, str, ShardingSpec, ReadbackFailure)
-    return {k: v for k, v in live.items() if v is None or isinstance(v, kept)}
+    return {
+        k: v
+        for k, v in live.items()
+        if v is None or isinstance(v, kept) or (isinstance(v, float) and math.isfinite(v))
+    }
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,13 @@ from xconf.knobs import (
     ROLLOUT_ENFORCE_EAGER,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_LOGITS_DTYPE,
+    ROLLOUT_LOGPROBS_MODE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
     ROLLOUT_SCORING_MODE,
+    ROLLOUT_TEMPERATURE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
+    ROLLOUT_TOP_K,
+    ROLLOUT_TOP_P,
     TRAINING_ALIGN,
     TRAINING_ALIGN_ALL,
     TRAINING_ATTENTION_BACKEND,
@@ -138,7 +142,8 @@ def _temperature(request: KnobRequest) -> KnobApplication:
         return request.unsupported("the logits are divided by a temperature on an unsharded model")
     return request.applied(
         f"the lm_head's logits divided by {request.value} before the log-softmax, as verl's "
-        "actor does (logits.div_(temperature)); the rollout's raw logprobs are never divided"
+        "actor does (logits.div_(temperature)); a rollout's raw logprobs are never divided, "
+        f"its processed ones by {ROLLOUT_TEMPERATURE.path}"
     )
 
 
@@ -179,6 +184,7 @@ def _constant(value: KnobValue) -> ReadBack:
 
 
 NO_KV_CACHE = "a teacher-forced reference pass has no KV cache"
+NO_SAMPLER = "the reference scorer has no sampler: its logprobs are the model's raw log-softmax"
 # The rollout side is the reference scorer, never vLLM: only these rollout settings exist,
 # each read back from the reference's own state (``reads``: its parameters' dtype, one
 # unsharded module, the requests it answered) or fixed by how it scores (use_cache=False on
@@ -215,6 +221,10 @@ REFERENCE: Mapping[str, KnobHandler] = MappingProxyType(
             _constant("prefill"),
         ),
         ROLLOUT_LOGITS_DTYPE.path: LOGITS_DTYPE,
+        ROLLOUT_LOGPROBS_MODE.path: _fixed("raw_logprobs", NO_SAMPLER, _constant("raw_logprobs")),
+        ROLLOUT_TEMPERATURE.path: _fixed(0.0, NO_SAMPLER, _constant(0.0)),
+        ROLLOUT_TOP_K.path: _fixed(0, NO_SAMPLER, _constant(0)),
+        ROLLOUT_TOP_P.path: _fixed(1.0, NO_SAMPLER, _constant(1.0)),
         BATCH_SIZE.path: CHUNKED_REQUESTS,
     }
 )

@@ -88,3 +88,11 @@ class ReferenceSettings:
     """``rollout.scoring_mode``: the whole frozen sequence in one teacher-forced pass."""
     logits_dtype: str = "model"
     """``rollout.logits_dtype``: the reference's lm_head dtype (``model`` or ``float32``)."""
+    logprobs_mode: str = "raw_logprobs"
+    """``rollout.logprobs_mode``: no sampler, so the model's raw log-softmax."""
+    temperature: float = 0.0
+    """``rollout.temperature``: no sampler (nothing is divided)."""
+    top_k: int = 0
+    """``rollout.top_k``: no sampler (every token)."""
+    top_p: float = 1.0
+    """``rollout.top_p``: no sampler (every token)."""

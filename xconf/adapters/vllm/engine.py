@@ -29,9 +29,11 @@ from xconf.knobs import (
     DTYPES,
     LOGITS_DTYPE_CHOICES,
     LOGITS_FLOAT32,
-    LOGP_BACKEND,
+    PROCESSED_LOGPROBS,
+    RAW_LOGPROBS,
     ROLLOUT_DTYPE,
     ROLLOUT_LOGITS_DTYPE,
+    ROLLOUT_LOGPROBS_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
 )
 from xconf.runtime.readback import (
@@ -40,6 +42,8 @@ from xconf.runtime.readback import (
 from xconf.runtime.settings import built_from
 
 FORCED_TOKENS_PROCESSOR = "xconf.adapters.vllm.forcing:ForcedTokensLogitsProcessor"
+# The vLLM logprobs modes an engine is built with: the knob's two, and an operator's rows.
+ENGINE_LOGPROBS_MODES = (RAW_LOGPROBS, PROCESSED_LOGPROBS, "raw_logits")
 DEFAULT_KV_CACHE_BYTES = 64 << 20
 # vLLM's in-process EngineCore.shutdown() tears down this process's torch.distributed and
 # model-parallel state (cleanup_dist_env_and_memory), which every engine whose core runs in
@@ -63,9 +67,14 @@ class RolloutEngineConfig:
     max_model_len: int = 256
     max_num_seqs: int = 64
     in_process: bool = True
-    # raw_logprobs: the engine's native selected logprob. raw_logits: full-vocabulary logits
-    # rows are returned so that an injected selected-logprob operator can be applied.
-    logprobs_mode: str = "raw_logprobs"
+    # raw_logprobs / processed_logprobs: the engine's native selected logprob, before or
+    # after its temperature and top-k/top-p (rollout.logprobs_mode). raw_logits: full-
+    # vocabulary logits rows are returned so that an injected operator can be applied.
+    logprobs_mode: str = _SETTINGS.logprobs_mode
+    # The sampling every scoring request asks with (SamplingParams; 0: greedy).
+    temperature: float = _SETTINGS.temperature
+    top_k: int = _SETTINGS.top_k
+    top_p: float = _SETTINGS.top_p
     # auto: in-process (TP 1) or multiprocess workers (TP > 1). external_launcher: this
     # process is one TP rank of a world a launcher (torchrun) already initialised.
     executor: str = "auto"
@@ -97,9 +106,11 @@ class RolloutEngineConfig:
                 "tensor_parallel_size must be >= 1",
                 ROLLOUT_TENSOR_PARALLEL_SIZE.path,
             )
-        if self.logprobs_mode not in ("raw_logprobs", "raw_logits"):
+        if self.logprobs_mode not in ENGINE_LOGPROBS_MODES:
             raise UnsupportedKnobError(
-                "unsupported_value", f"logprobs_mode {self.logprobs_mode!r}", LOGP_BACKEND.path
+                "unsupported_value",
+                f"logprobs_mode {self.logprobs_mode!r} not in {ENGINE_LOGPROBS_MODES}",
+                ROLLOUT_LOGPROBS_MODE.path,
             )
         if self.executor not in ("auto", "external_launcher"):
             raise UnsupportedKnobError(
@@ -152,6 +163,8 @@ def _worker_state(worker: Any) -> dict[str, Any]:
     import vllm.envs as vllm_envs
     from vllm.model_executor.determinism import batch_invariant
 
+    from xconf.adapters.vllm import sampling
+
     return {
         "vocab": _vocab_shard(model, parallel_state.get_tensor_model_parallel_rank()),
         # What this worker's attention layers were built with, and whether the batch-invariant
@@ -173,6 +186,9 @@ def _worker_state(worker: Any) -> dict[str, Any]:
         "model_class": type(model).__name__,
         # The dtype the logits processor projects the lm_head in (None: no logits processor).
         "head_dtype": _head_dtype(model),
+        # The (logprobs mode, temperature, top-k, top-p) the sampler used on the scored
+        # requests' rows since the last reset (sampling.py).
+        "sampling": sampling.seen(),
     }
 
 
@@ -309,6 +325,11 @@ class VllmRolloutEngine:
         from xconf.adapters.vllm.rows import install_prompt_capture
 
         self.llm.collective_rpc(install_prompt_capture)
+        # The sampler records what it used on the scored rows, and (processed logprobs)
+        # forces the frozen tokens after it computed them (sampling.py).
+        from xconf.adapters.vllm.sampling import install_sampler_hook
+
+        self.llm.collective_rpc(install_sampler_hook)
         self.last_batch_size: int | None = None  # the chunking of the last score call
         self.last_scoring_mode: str | None = None  # decode or prefill, of the last score call
         self.request_sizes: list[int] = []  # requests the engine answered per generate call
@@ -328,6 +349,9 @@ class VllmRolloutEngine:
     def reset_state(self) -> None:
         """Forget every cached KV block, so a case never depends on the cases before it."""
         self.llm.reset_prefix_cache()
+        from xconf.adapters.vllm.sampling import forget
+
+        self.llm.collective_rpc(forget)
         self.request_sizes = []
         self.prefix_cache_hits = None
 

@@ -5,6 +5,11 @@ every step the processor reads the row's position from the live output-token lis
 vLLM hands over when the request is added, and masks every other token to ``-inf``.
 vLLM computes ``raw_logprobs`` before logits processors run, so forcing changes which
 token is emitted but not the reported logprob. Rows without the key are untouched.
+An engine built for processed logprobs (computed after the processors) is never pinned
+here: the sampler hook (:mod:`~xconf.adapters.vllm.sampling`) forces the sampled token
+after vLLM computed them (:meth:`ForcedTokensLogitsProcessor.force_sampled`). The processor
+also tracks the rows of requests that carry :data:`~xconf.adapters.vllm.sampling.SCORED_KEY`
+(every scoring request, prompt-logprob ones included), whose sampling the hook records.
 A request that also names :data:`~xconf.adapters.vllm.rows.ROWS_KEY` has each of its rows
 kept, as the processor receives it and before pinning it (:mod:`xconf.adapters.vllm.rows`).
 
@@ -25,8 +30,13 @@ from vllm.v1.sample.logits_processor import (
 )
 
 from xconf.adapters.vllm import rows
+from xconf.adapters.vllm.sampling import SCORED_KEY
 
 FORCED_TOKENS_KEY = "xconf_forced_tokens"
+
+
+def _scored(params: SamplingParams | None) -> bool:
+    return bool((getattr(params, "extra_args", None) or {}).get(SCORED_KEY))
 
 
 def _forced_tokens(params: SamplingParams | None) -> list[int] | None:
@@ -46,6 +56,8 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
         forced = extra.get(FORCED_TOKENS_KEY)
         if rows.ROWS_KEY in extra and not isinstance(extra[rows.ROWS_KEY], str):
             raise ValueError(f"{rows.ROWS_KEY} must be a string")
+        if SCORED_KEY in extra and not isinstance(extra[SCORED_KEY], bool):
+            raise ValueError(f"{SCORED_KEY} must be a bool")
         if forced is None:
             return
         if not isinstance(forced, list | tuple) or not all(
@@ -54,9 +66,13 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
             raise ValueError(f"{FORCED_TOKENS_KEY} must be a list of non-negative ints")
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        # batch row -> (forced token ids, live reference to the row's output token ids, the
-        # key its rows are kept under or None)
+        # batch row -> (forced token ids (none: a scored prompt-logprobs request), live
+        # reference to the row's output token ids, the key its rows are kept under or None)
         self._rows: dict[int, tuple[list[int], list[int], str | None]] = {}
+        # Processed logprobs come after the logits processors: those rows are forced after
+        # sampling (force_sampled), never pinned here (vllm_config None: a unit test's).
+        mode = getattr(getattr(vllm_config, "model_config", None), "logprobs_mode", None)
+        self._pins = not str(mode).startswith("processed")
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -68,10 +84,10 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
             self._rows.pop(index, None)
         for index, params, _prompt_ids, output_ids in batch_update.added:
             forced = _forced_tokens(params)
-            if forced is None:
+            if forced is None and not _scored(params):
                 self._rows.pop(index, None)
             else:
-                self._rows[index] = (forced, output_ids, rows.rows_key(params))
+                self._rows[index] = (forced or [], output_ids, rows.rows_key(params))
         for src, dst, direction in batch_update.moved:
             a = self._rows.pop(src, None)
             if direction == MoveDirectionality.SWAP:
@@ -83,7 +99,25 @@ class ForcedTokensLogitsProcessor(LogitsProcessor):
             if a is not None:
                 self._rows[dst] = a
 
+    def scored_rows(self) -> list[int]:
+        """The batch rows of scoring requests (forced or prompt-logprobs)."""
+        return list(self._rows)
+
+    def force_sampled(self, sampled: torch.Tensor, processed: torch.Tensor | None) -> None:
+        """After vLLM's sampler computed the processed logprobs: each forced row's sampled
+        token becomes its frozen one (vLLM then gathers that token's processed logprob), and
+        an asked-for row's processed logprobs are kept (as the processor keeps raw rows)."""
+        for index, (forced, output_ids, key) in self._rows.items():
+            position = len(output_ids)
+            if position >= len(forced) or index >= sampled.shape[0]:
+                continue
+            if key is not None and processed is not None:
+                rows.keep(key, position, processed[index][None].clone())
+            sampled[index] = forced[position]
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self._pins:
+            return logits
         for index, (forced, output_ids, key) in self._rows.items():
             position = len(output_ids)
             if position >= len(forced) or index >= logits.shape[0]:

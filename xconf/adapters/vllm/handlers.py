@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from xconf.adapters.vllm import reads
+from xconf.adapters.vllm import reads, sampling_knobs
 from xconf.adapters.vllm.placement import rollout_executor
 from xconf.knobs import (
     BATCH_SIZE,
@@ -145,5 +145,6 @@ EXTENDED: Mapping[str, KnobHandler] = {
     ROLLOUT_BATCH_INVARIANT.path: KnobHandler(_batch_invariant, reads.WORKER_BATCH_INVARIANT),
     ROLLOUT_SCORING_MODE.path: KnobHandler(_scoring_mode, reads.rollout_scoring_mode),
     ROLLOUT_LOGITS_DTYPE.path: KnobHandler(_logits_dtype, reads.WORKER_LOGITS_DTYPE),
+    **sampling_knobs.HANDLERS,
 }
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType({**CONTRACT, **EXTENDED})

@@ -70,3 +70,46 @@ def max_num_batched_tokens(live: VllmState) -> int:
 def rollout_scoring_mode(live: VllmState) -> str | None:
     """How the engine's last scored pass asked for logprobs (None: not scored yet)."""
     return live.scoring_mode
+
+
+# The sampler hook's records (sampling.py): (logprobs mode, temperature, top-k, top-p).
+_MODE, _TEMPERATURE, _TOP_K, _TOP_P = range(4)
+# vLLM's mode -> the knob's value: an operator's raw logits rows give raw logprobs (vLLM's
+# processed_logits: none of the knob's values).
+_KNOB_MODES = {
+    "raw_logprobs": "raw_logprobs",
+    "raw_logits": "raw_logprobs",
+    "processed_logprobs": "processed_logprobs",
+}
+
+
+def _sampled(field: int) -> ReadBack:
+    """One field of what the sampler used on the scored pass's rows, the one value every
+    worker and row saw (None: they differ), or a failed read when nothing was recorded."""
+
+    def read(live: VllmState) -> ReadbackValue:
+        if live.workers is None:
+            return ReadbackFailure(str(live.workers_error or "no worker state"))
+        found = {tuple(r)[field] for w in live.workers for r in w.get("sampling", ())}
+        if not found:
+            return ReadbackFailure("the sampler met no scored request (nothing scored yet)")
+        return found.pop() if len(found) == 1 else None
+
+    return read
+
+
+_SAMPLER_MODE = _sampled(_MODE)
+
+
+def logprobs_mode(live: VllmState) -> ReadbackValue:
+    """The mode the sampler computed the scored rows' logprobs in (prompt logprobs are raw
+    in every mode, and a processed engine refuses to score them)."""
+    mode = _SAMPLER_MODE(live)
+    if not isinstance(mode, str):
+        return mode
+    return _KNOB_MODES.get(mode)
+
+
+SAMPLED_TEMPERATURE = _sampled(_TEMPERATURE)
+SAMPLED_TOP_K = _sampled(_TOP_K)
+SAMPLED_TOP_P = _sampled(_TOP_P)

@@ -3,8 +3,15 @@
 Modes (part of the identity):
 
 - ``decode``: forced decoding of the frozen response through the engine's decode path
-  (:mod:`xconf.adapters.vllm.forcing`), reporting vLLM's raw logprob of each forced token.
-- ``prefill``: the whole frozen sequence as a prompt, scored with ``prompt_logprobs``.
+  (:mod:`xconf.adapters.vllm.forcing`), reporting vLLM's raw logprob of each forced token
+  (an engine built for processed logprobs: its processed logprob, the token forced after
+  the sampler: :mod:`xconf.adapters.vllm.sampling`).
+- ``prefill``: the whole frozen sequence as a prompt, scored with ``prompt_logprobs``
+  (raw: vLLM 0.32 never processes prompt logprobs, so a processed engine is refused).
+
+Every scoring request samples with the engine's ``temperature``, ``top_k`` and ``top_p``
+(``rollout.temperature`` ...; 0: greedy) and carries ``SCORED_KEY``, so the sampler hook
+records what it used on its rows.
 
 ``batch_size`` chunks the frozen samples into ``generate`` calls of that many requests.
 With an injected selected-logprob operator the engine must have been built with
@@ -22,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from xconf.adapters.errors import IdentityViolationError, ScoringError
+from xconf.adapters.errors import IdentityViolationError, ScoringError, UnsupportedKnobError
 from xconf.adapters.frozen import (
     DEFAULT_PROMPTS,
     FrozenBatch,
@@ -32,7 +39,8 @@ from xconf.adapters.frozen import (
 )
 from xconf.adapters.vllm import rows as logits_rows
 from xconf.adapters.vllm.engine import VllmRolloutEngine
-from xconf.knobs import LOGP_BACKEND
+from xconf.adapters.vllm.sampling import SCORED_KEY
+from xconf.knobs import LOGP_BACKEND, PROCESSED_LOGPROBS, ROLLOUT_LOGPROBS_MODE
 
 ROLLOUT_MODES: tuple[str, ...] = ("decode", "prefill")
 FORCED_TOKENS_KEY = "xconf_forced_tokens"  # same key as xconf.adapters.vllm.forcing
@@ -93,9 +101,11 @@ def _select(
     op: SelectedLogprobOp | None,
     where: str,
     kept: Any = None,
+    processed: bool = False,
 ) -> tuple[list[float], Any]:
     """The selected logprobs and the request's logits rows ([targets, vocab]; None: none
-    kept). Native: the engine's raw logprob. Operator: op over the engine's full logits rows
+    kept). Native: the engine's raw logprob (``processed``: its processed one, and the rows
+    kept are its processed logprobs). Operator: op over the engine's full logits rows
     (``kept``: the rows the engine kept for this request, checked against ``entries``, the
     raw logit it reported for each target)."""
     reported = [
@@ -103,7 +113,11 @@ def _select(
         for k, (e, t) in enumerate(zip(entries, targets, strict=True))
     ]
     if op is None:
-        return reported, (None if kept is None else _native_rows(kept, targets, reported, where))
+        if kept is None:
+            return reported, None
+        if processed:  # the processed logprobs rows themselves, each entry the one reported
+            return reported, logits_rows.rows_checked(kept, targets, reported, where)
+        return reported, _native_rows(kept, targets, reported, where)
     import torch
 
     logits = logits_rows.rows_checked(kept, targets, reported, where)
@@ -161,11 +175,11 @@ def _score_decode(
         params = [
             SamplingParams(
                 max_tokens=len(s.response_ids),
-                temperature=0.0,
-                logprobs=0,  # the emitted (forced) token's raw logprob, or raw logit
+                logprobs=0,  # the emitted (forced) token's raw (processed) logprob, or raw logit
                 ignore_eos=True,
                 detokenize=False,
-                extra_args={FORCED_TOKENS_KEY: list(s.response_ids), **more},
+                extra_args={FORCED_TOKENS_KEY: list(s.response_ids), SCORED_KEY: True, **more},
+                **_sampling(engine),
             )
             for s, more in zip(samples, extra, strict=True)
         ]
@@ -187,7 +201,10 @@ def _score_decode(
             raise ScoringError(
                 "runtime.missing_logprob", "decode returned no per-token logprobs", "rollout"
             )
-        values, logits = _select(list(comp.logprobs), list(got), op, "rollout.decode", _of(kept, i))
+        processed = engine.cfg.logprobs_mode == PROCESSED_LOGPROBS
+        values, logits = _select(
+            list(comp.logprobs), list(got), op, "rollout.decode", _of(kept, i), processed
+        )
         base = len(s.prompt_ids) - 1
         if rows is not None:
             rows(i, [base + k for k in range(len(values))], logits)
@@ -208,10 +225,10 @@ def _score_prefill(
         params = [
             SamplingParams(
                 max_tokens=1,
-                temperature=0.0,
                 prompt_logprobs=0,
                 detokenize=False,
-                extra_args=more or None,
+                extra_args={SCORED_KEY: True, **more},
+                **_sampling(engine),
             )
             for more in extra
         ]
@@ -257,7 +274,14 @@ def score_frozen(
             "this engine was closed (building another in-process engine closes the previous one)",
             "runtime.rollout",
         )
-    if (op is None) != (engine.cfg.logprobs_mode == "raw_logprobs"):
+    if mode == "prefill" and engine.cfg.logprobs_mode == PROCESSED_LOGPROBS:
+        raise UnsupportedKnobError(
+            "unsupported_value",
+            "vLLM 0.32 never processes prompt logprobs (_get_prompt_logprobs_dict: processed "
+            "and raw yield the same scores): a prefill-scored rollout reports raw logprobs",
+            ROLLOUT_LOGPROBS_MODE.path,
+        )
+    if (op is None) == (engine.cfg.logprobs_mode == "raw_logits"):
         raise ScoringError(
             "runtime.operator_engine_mismatch",
             f"engine built with logprobs_mode={engine.cfg.logprobs_mode} cannot serve "
@@ -283,6 +307,12 @@ def score_frozen(
         for i, positions in zip(chunk, scored, strict=True):
             per_sample[i] = positions
     return assemble_scores(batch, per_sample, side="rollout")
+
+
+def _sampling(engine: VllmRolloutEngine) -> dict[str, Any]:
+    """The sampling every scoring request asks with (the engine's rollout knobs)."""
+    cfg = engine.cfg
+    return {"temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p}
 
 
 def _keeper(vocab_rows: VocabRows, chunk: list[int]) -> Callable[[int, list[int], Any], None]:

@@ -45,3 +45,13 @@ class VllmSettings:
     logits_dtype: str = "model"
     """``rollout.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute dtype)
     or ``float32`` (vLLM's ``head_dtype`` override: hidden states and weight cast first)."""
+    logprobs_mode: str = "raw_logprobs"
+    """``rollout.logprobs_mode``: what vLLM reports for a scored token: ``raw_logprobs`` (the
+    log-softmax of the model's logits) or ``processed_logprobs`` (after the temperature and
+    top-k/top-p; xconf then forces each frozen token after sampling: ``sampling.py``)."""
+    temperature: float = 0.0
+    """``rollout.temperature``: the temperature the scoring requests sample at (0: greedy)."""
+    top_k: int = 0
+    """``rollout.top_k``: the scoring requests' top-k (0: every token)."""
+    top_p: float = 1.0
+    """``rollout.top_p``: the scoring requests' top-p (1.0: every token)."""

@@ -3,14 +3,15 @@ on its own decode or prefill path, every rollout knob materialized for real and 
 the live engine (``handlers.py``, ``reads.py``). A runtime config names it ``rollout: vllm``.
 
 Engines are built per construction fingerprint (the runner's cache reuses them); the native
-selected-logprob path uses vLLM's raw logprobs, an injected operator gets the engine's full
-raw-logits rows instead (another engine construction).
+selected-logprob path uses vLLM's raw (or processed: ``rollout.logprobs_mode``) logprobs, an
+injected operator gets the engine's full raw-logits rows instead (another engine
+construction).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from xconf.adapters.checkpoint.shared import CheckpointModel
@@ -40,10 +41,13 @@ def _build(settings: VllmSettings, build: SideBuild[CheckpointModel]) -> Engine:
     options["in_process"] = executor == "external_launcher" or (
         in_process and shared.engine.in_process
     )
+    # An injected operator computes the raw logprob from the engine's raw logits rows (the
+    # handler refuses processed logprobs with one); the native path: the knob's own mode.
+    if not build.operator.runtime_native:
+        settings = replace(settings, logprobs_mode="raw_logits")
     cfg = RolloutEngineConfig.from_settings(
         settings,
         model_path=shared.record.path,
-        logprobs_mode="raw_logprobs" if build.operator.runtime_native else "raw_logits",
         executor=executor,
         tokenizer_path=shared.record.tokenizer_path,
         trust_remote_code=shared.trust_remote_code,
