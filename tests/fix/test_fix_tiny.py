@@ -15,6 +15,7 @@ throughout (vLLM CPU, transformers); only the plant is ours.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,7 @@ NORMS = {
     "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2RMSNorm"),
     "qwen3": ("transformers.models.qwen3.modeling_qwen3", "Qwen3RMSNorm"),
     "mistral": ("transformers.models.mistral.modeling_mistral", "MistralRMSNorm"),
+    "gemma2": ("transformers.models.gemma2.modeling_gemma2", "Gemma2RMSNorm"),
 }
 
 
@@ -227,3 +229,29 @@ def test_the_same_search_on_other_architectures(
     assert record["verified"]["label"] == "training.align.all=vllm", record["line"]
     assert all(s["result"] == "fail" for s in record["steps"][:-1]), record["steps"]
     assert record["line"].startswith("verified fix: training.align.all=vllm (0 of ")
+
+
+def test_the_search_on_an_architecture_the_arms_do_not_know(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gemma2 (made with transformers' own classes) with the same planted norm drift: its
+    baseline fails, and the search refuses as a whole before anything runs (every arm is bound
+    first; each is a coded unsupported naming the architecture), exit 2, the run unchanged."""
+    from xconf.cli.main import main
+
+    ckpt = write_checkpoint("gemma2", tmp_path / "gemma2")
+    _plant_norm(monkeypatch, "gemma2")
+    out = tmp_path / "out"
+    argv = [*OVERRIDES, f"runtime.model.path={ckpt}", f"output_root={out}"]
+    assert run_xconf(argv, monkeypatch, tmp_path / "cwd") == 1
+    run = out / "s2-cpu"
+    base = _baseline(run)
+    before = _tree(run)
+    capsys.readouterr()
+    assert main(["fix", str(run), base]) == 2
+    err = capsys.readouterr().err
+    assert "[fix.arms_unsupported]" in err and "Gemma2ForCausalLM" in err, err
+    refused = set(re.findall(r"training\.align\.(\w+) unsupported", err))
+    # (the logits arm is refused where the model is loaded, as in tests/adapters/test_arms_matrix)
+    assert refused >= {"rms_norm", "linear", "rotary", "attention", "activation", "all"}, refused
+    assert _tree(run) == before
