@@ -19,7 +19,9 @@ verdict (``xconf/comparison.py``) is the only verdict.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -34,6 +36,7 @@ ARGMAX = "argmax_agrees"
 FIGURES: tuple[str, ...] = (KL_RT, KL_TR, TV, *(f"top{k}_overlap" for k in TOP_K), ARGMAX)
 # Rows per float64 block: 128 rows of a 49,152-token vocabulary are ~50 MB a temporary.
 BLOCK_ROWS = 128
+MAX_WORKERS = 2
 
 
 class RowsError(ValueError):
@@ -133,21 +136,53 @@ def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str,
         raise RowsError(f"rows are {rollout.dtype} and {training.dtype}, not floating point")
     n = rollout.shape[0]
     out = {name: torch.empty(n, dtype=torch.float64) for name in FIGURES}
-    for start in range(0, n, BLOCK_ROWS):
+
+    def block(start: int) -> None:
         stop = min(start + BLOCK_ROWS, n)
-        raw_r, raw_t = rollout[start:stop], training[start:stop]
-        r = raw_r.to(torch.float64).log_softmax(-1)
-        t = raw_t.to(torch.float64).log_softmax(-1)
-        d = r - t
-        pr, pt = r.exp(), t.exp()
-        out[KL_RT][start:stop] = _kl(pr, d, r, t)
-        out[KL_TR][start:stop] = _kl(pt, d.neg_(), t, r)
-        del d
-        out[TV][start:stop] = pr.sub_(pt).abs_().sum(-1).mul_(0.5)
-        del pr, pt, r, t
-        # torch.argmax gives the first maximal index: the top-1 tie rule (lowest id).
-        for name, values in _top_figures(raw_r, raw_t).items():
+        for name, values in _block_figures(rollout[start:stop], training[start:stop]).items():
             out[name][start:stop] = values
+
+    # Blocks are independent (each row's figures are that row's alone) and each writes its
+    # own slices, so blocks on parallel threads give the serial figures bit for bit: every
+    # op runs at the process's intra-op thread count (torch's threads follow the global
+    # setting), only several blocks at once. An in-process vLLM engine sets that count to
+    # 1, which leaves a core idle here without the threads.
+    starts = range(0, n, BLOCK_ROWS)
+    workers = min(_workers(), len(starts))
+    if workers <= 1:
+        for start in starts:
+            block(start)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="full-vocab") as pool:
+            for _ in pool.map(block, starts):  # re-raises a block's error here
+                pass
+    return out
+
+
+def _workers() -> int:
+    """Blocks computed at once: the CPUs this process may run on, at most
+    :data:`MAX_WORKERS` (each block's float64 temporaries are ~300 MB)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+def _block_figures(raw_r: torch.Tensor, raw_t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every figure of one block of rows."""
+    out: dict[str, torch.Tensor] = {}
+    r = raw_r.to(torch.float64).log_softmax(-1)
+    t = raw_t.to(torch.float64).log_softmax(-1)
+    d = r - t
+    pr, pt = r.exp(), t.exp()
+    out[KL_RT] = _kl(pr, d, r, t)
+    out[KL_TR] = _kl(pt, d.neg_(), t, r)
+    del d
+    out[TV] = pr.sub_(pt).abs_().sum(-1).mul_(0.5)
+    del pr, pt, r, t
+    # torch.argmax gives the first maximal index: the top-1 tie rule (lowest id).
+    out.update(_top_figures(raw_r, raw_t))
     return out
 
 

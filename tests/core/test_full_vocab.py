@@ -144,3 +144,17 @@ def test_a_vocabulary_smaller_than_the_top_k_takes_the_whole_row_rule() -> None:
     want = _whole_row_rule(r, t)  # k = 10 is clipped to the 6 tokens there are
     for name, values in want.items():
         assert torch.equal(ours[name], values), name
+
+
+def test_blocks_on_parallel_threads_give_the_serial_figures_bit_for_bit(monkeypatch) -> None:
+    import xconf.full_vocab as fv
+
+    r = _rows(15, n=3 * fv.BLOCK_ROWS + 5, vocab=512)
+    t = r + 0.1 * _rows(16, n=3 * fv.BLOCK_ROWS + 5, vocab=512)
+    monkeypatch.setattr(fv, "MAX_WORKERS", 1)
+    serial = position_figures(r, t)
+    monkeypatch.setattr(fv, "MAX_WORKERS", 4)
+    monkeypatch.setattr(fv, "_workers", lambda: 4)  # threads even on a one-CPU machine
+    threaded = position_figures(r, t)
+    for name in FIGURES:
+        assert torch.equal(serial[name], threaded[name]), name
