@@ -19,7 +19,9 @@ verdict (``xconf/comparison.py``) is the only verdict.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -34,6 +36,7 @@ ARGMAX = "argmax_agrees"
 FIGURES: tuple[str, ...] = (KL_RT, KL_TR, TV, *(f"top{k}_overlap" for k in TOP_K), ARGMAX)
 # Rows per float64 block: 128 rows of a 49,152-token vocabulary are ~50 MB a temporary.
 BLOCK_ROWS = 128
+MAX_WORKERS = 2
 
 
 class RowsError(ValueError):
@@ -64,10 +67,62 @@ def _members(rows: torch.Tensor, k: int) -> torch.Tensor:
     return above | (equal & (equal.cumsum(-1) <= room))
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
-    k = min(k, a.shape[-1])
-    shared = (_members(a, k) & _members(b, k)).sum(-1)
+def _overlap_by_masks(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
+    """[n] int64: how many tokens the two rows' top-``k`` sets share (the whole-row rule)."""
+    return (_members(a, k) & _members(b, k)).sum(-1)
+
+
+class _Tops:
+    """One side's sorted top ``kmax + 1`` values and ids of a block of rows: where the k-th
+    value is strictly above the (k+1)-th (so no NaN among them, NaN sorting first), the
+    first ``k`` ids are the row's whole top-``k`` set, with no tie to break, and the row's
+    argmax is id 0 when k = 1; other rows take the whole-row rule."""
+
+    def __init__(self, rows: torch.Tensor, kmax: int) -> None:
+        self.rows = rows
+        self.values, self.ids = rows.topk(kmax + 1, dim=-1)
+
+    def clear(self, k: int) -> torch.Tensor:
+        return self.values[:, k - 1] > self.values[:, k]
+
+
+def _overlap(a: _Tops, b: _Tops, k: int) -> torch.Tensor:
+    """The share of the top-``k`` sets, as :func:`_overlap_by_masks` gives it, bit for bit:
+    the rows whose two sets are clear are counted from their ids, the rest from masks."""
+    clear = a.clear(k) & b.clear(k)
+    shared = (a.ids[:, :k, None] == b.ids[:, None, :k]).sum((1, 2))
+    if not bool(clear.all()):
+        rest = (~clear).nonzero().flatten()
+        shared[rest] = _overlap_by_masks(a.rows[rest], b.rows[rest], k)
     return shared.to(torch.float64) / k
+
+
+def _argmax_agrees(a: _Tops, b: _Tops) -> torch.Tensor:
+    """1.0 where ``argmax`` of the two rows is the same token (torch.argmax: the first
+    maximal index, NaN counting as maximal): a row with one clear maximum has it as id 0."""
+    clear = a.clear(1) & b.clear(1)
+    agrees = a.ids[:, 0] == b.ids[:, 0]
+    if not bool(clear.all()):
+        rest = (~clear).nonzero().flatten()
+        agrees[rest] = a.rows[rest].argmax(-1) == b.rows[rest].argmax(-1)
+    return agrees.to(torch.float64)
+
+
+def _top_figures(raw_r: torch.Tensor, raw_t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The top-k overlaps and argmax agreement of a block of raw rows."""
+    vocab = raw_r.shape[-1]
+    if max(TOP_K) >= vocab:  # no (k+1)-th value to compare with: the whole-row rule
+        out = {
+            f"top{k}_overlap": _overlap_by_masks(raw_r, raw_t, min(k, vocab)).to(torch.float64)
+            / min(k, vocab)
+            for k in TOP_K
+        }
+        out[ARGMAX] = (raw_r.argmax(-1) == raw_t.argmax(-1)).to(torch.float64)
+        return out
+    a, b = _Tops(raw_r, max(TOP_K)), _Tops(raw_t, max(TOP_K))
+    out = {f"top{k}_overlap": _overlap(a, b, k) for k in TOP_K}
+    out[ARGMAX] = _argmax_agrees(a, b)
+    return out
 
 
 def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -81,22 +136,53 @@ def position_figures(rollout: torch.Tensor, training: torch.Tensor) -> dict[str,
         raise RowsError(f"rows are {rollout.dtype} and {training.dtype}, not floating point")
     n = rollout.shape[0]
     out = {name: torch.empty(n, dtype=torch.float64) for name in FIGURES}
-    for start in range(0, n, BLOCK_ROWS):
+
+    def block(start: int) -> None:
         stop = min(start + BLOCK_ROWS, n)
-        raw_r, raw_t = rollout[start:stop], training[start:stop]
-        r = raw_r.to(torch.float64).log_softmax(-1)
-        t = raw_t.to(torch.float64).log_softmax(-1)
-        d = r - t
-        pr, pt = r.exp(), t.exp()
-        out[KL_RT][start:stop] = _kl(pr, d, r, t)
-        out[KL_TR][start:stop] = _kl(pt, d.neg_(), t, r)
-        del d
-        out[TV][start:stop] = pr.sub_(pt).abs_().sum(-1).mul_(0.5)
-        del pr, pt, r, t
-        for k in TOP_K:
-            out[f"top{k}_overlap"][start:stop] = _overlap(raw_r, raw_t, k)
-        # torch.argmax gives the first maximal index: the top-1 tie rule (lowest id).
-        out[ARGMAX][start:stop] = (raw_r.argmax(-1) == raw_t.argmax(-1)).to(torch.float64)
+        for name, values in _block_figures(rollout[start:stop], training[start:stop]).items():
+            out[name][start:stop] = values
+
+    # Blocks are independent (each row's figures are that row's alone) and each writes its
+    # own slices, so blocks on parallel threads give the serial figures bit for bit: every
+    # op runs at the process's intra-op thread count (torch's threads follow the global
+    # setting), only several blocks at once. An in-process vLLM engine sets that count to
+    # 1, which leaves a core idle here without the threads.
+    starts = range(0, n, BLOCK_ROWS)
+    workers = min(_workers(), len(starts))
+    if workers <= 1:
+        for start in starts:
+            block(start)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="full-vocab") as pool:
+            for _ in pool.map(block, starts):  # re-raises a block's error here
+                pass
+    return out
+
+
+def _workers() -> int:
+    """Blocks computed at once: the CPUs this process may run on, at most
+    :data:`MAX_WORKERS` (each block's float64 temporaries are ~300 MB)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+def _block_figures(raw_r: torch.Tensor, raw_t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every figure of one block of rows."""
+    out: dict[str, torch.Tensor] = {}
+    r = raw_r.to(torch.float64).log_softmax(-1)
+    t = raw_t.to(torch.float64).log_softmax(-1)
+    d = r - t
+    pr, pt = r.exp(), t.exp()
+    out[KL_RT] = _kl(pr, d, r, t)
+    out[KL_TR] = _kl(pt, d.neg_(), t, r)
+    del d
+    out[TV] = pr.sub_(pt).abs_().sum(-1).mul_(0.5)
+    del pr, pt, r, t
+    # torch.argmax gives the first maximal index: the top-1 tie rule (lowest id).
+    out.update(_top_figures(raw_r, raw_t))
     return out
 
 

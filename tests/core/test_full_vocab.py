@@ -102,3 +102,59 @@ def test_vocab_rows_hand_over_the_active_rows_row_major_or_none() -> None:
     partial = VocabRows(batch)
     partial.keep(0, [1, 2], table[:2])
     assert partial.active_rows() is None  # sample 1 kept nothing: no rows, never a guess
+
+
+def _whole_row_rule(r: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The overlaps and argmax agreement by whole-row masks (the rule every row once took)."""
+    from xconf.full_vocab import TOP_K, _members
+
+    out = {}
+    for top in TOP_K:
+        k = min(top, r.shape[-1])
+        shared = (_members(r, k) & _members(t, k)).sum(-1)
+        out[f"top{top}_overlap"] = shared.to(torch.float64) / k
+    out["argmax_agrees"] = (r.argmax(-1) == t.argmax(-1)).to(torch.float64)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_figures_are_the_whole_row_rule_bit_for_bit(dtype) -> None:
+    # Clear rows are counted from topk ids, the rest (ties at the k-th value, NaN, +-inf)
+    # from whole-row masks: every row must read what the masks alone give.
+    r = _rows(10, n=300, vocab=300).to(dtype)
+    t = (r.float() + 0.3 * _rows(11, n=300, vocab=300)).to(dtype)
+    coarse = torch.round(_rows(12, n=300, vocab=300)).to(dtype)  # ties everywhere
+    r[::3], t[1::3] = coarse[::3], coarse[1::3]
+    r[5, 7], t[6, :4] = torch.nan, torch.nan  # NaN sorts first in topk, argmax picks it
+    r[8, :20], t[9] = torch.inf, -torch.inf
+    r[10, 1], t[10, 2] = torch.inf, torch.inf
+    r[11], t[11] = torch.nan, torch.nan
+    r[12, 3], t[12, 3] = 50.0, 50.0  # one clear maximum on both sides, same token
+    ours = position_figures(r, t)
+    want = _whole_row_rule(r, t)
+    for name, values in want.items():
+        assert torch.equal(ours[name], values), name
+    assert 0.0 < float(ours["top10_overlap"].mean()) < 1.0  # both kinds of row are in play
+    assert bool((ours["argmax_agrees"] == 0).any()) and bool((ours["argmax_agrees"] == 1).any())
+
+
+def test_a_vocabulary_smaller_than_the_top_k_takes_the_whole_row_rule() -> None:
+    r, t = _rows(13, n=20, vocab=6), _rows(14, n=20, vocab=6)
+    ours = position_figures(r, t)
+    want = _whole_row_rule(r, t)  # k = 10 is clipped to the 6 tokens there are
+    for name, values in want.items():
+        assert torch.equal(ours[name], values), name
+
+
+def test_blocks_on_parallel_threads_give_the_serial_figures_bit_for_bit(monkeypatch) -> None:
+    import xconf.full_vocab as fv
+
+    r = _rows(15, n=3 * fv.BLOCK_ROWS + 5, vocab=512)
+    t = r + 0.1 * _rows(16, n=3 * fv.BLOCK_ROWS + 5, vocab=512)
+    monkeypatch.setattr(fv, "MAX_WORKERS", 1)
+    serial = position_figures(r, t)
+    monkeypatch.setattr(fv, "MAX_WORKERS", 4)
+    monkeypatch.setattr(fv, "_workers", lambda: 4)  # threads even on a one-CPU machine
+    threaded = position_figures(r, t)
+    for name in FIGURES:
+        assert torch.equal(serial[name], threaded[name]), name

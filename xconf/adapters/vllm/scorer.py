@@ -295,7 +295,11 @@ def score_frozen(
         # The measured prefix-caching path: a warm-up pass fills the cache, the scored pass
         # below hits it; the hits it reports are the evidence that caching was exercised.
         for chunk in batch.chunks(batch_size):
-            scorer(engine, [batch.samples[i] for i in chunk], op)  # rows: the scored pass's
+            samples = [batch.samples[i] for i in chunk]
+            if mode == "decode" and WARM_BY_PROMPTS and _prompts_fill_alike(engine, samples):
+                _warm_prompts(engine, samples)
+            else:
+                scorer(engine, samples, op)  # rows: the scored pass's
         engine.request_sizes = []
         engine.prefix_cache_hits = None
     engine.last_batch_size = batch_size
@@ -313,6 +317,46 @@ def _sampling(engine: VllmRolloutEngine) -> dict[str, Any]:
     """The sampling every scoring request asks with (the engine's rollout knobs)."""
     cfg = engine.cfg
     return {"temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p}
+
+
+# The decode warm-up by the prompts alone where that leaves the cache as the whole forced
+# decode does (:func:`_prompts_fill_alike`); False: always the whole forced decode.
+WARM_BY_PROMPTS = True
+
+
+def _prompts_fill_alike(engine: VllmRolloutEngine, samples: list[FrozenSample]) -> bool:
+    """Whether a one-token request per prompt leaves the prefix cache exactly as the forced
+    decode of the whole responses does: the block's prompts are prefilled in one step (they
+    fit the step's token budget and sequence limit), and no sample's whole sequence reaches a block
+    beyond its prompt's last, so both allocate the same blocks in the same order
+    and compute every cached (full prompt) block's KV in the same step. Decode blocks are
+    never a scored prompt's hit (a decode-mode request's prompt is the prompt alone)."""
+    config = engine.llm.llm_engine.vllm_config
+    block = int(config.cache_config.block_size)
+    sched = config.scheduler_config
+    fits = sum(len(s.prompt_ids) for s in samples) <= int(sched.max_num_batched_tokens)
+    if not fits or len(samples) > int(sched.max_num_seqs):
+        return False
+
+    def blocks(n: int) -> int:
+        return -(-n // block)
+
+    return all(
+        blocks(len(s.prompt_ids) + len(s.response_ids)) == blocks(len(s.prompt_ids))
+        for s in samples
+    )
+
+
+def _warm_prompts(engine: VllmRolloutEngine, samples: list[FrozenSample]) -> None:
+    """Fill the prefix cache with the block's prompts: one prefill step, one token each."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False)
+    engine.llm.generate(
+        [{"prompt_token_ids": list(s.prompt_ids)} for s in samples],
+        [params] * len(samples),
+        use_tqdm=False,
+    )
 
 
 def _keeper(vocab_rows: VocabRows, chunk: list[int]) -> Callable[[int, list[int], Any], None]:
