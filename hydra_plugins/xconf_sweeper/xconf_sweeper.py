@@ -99,19 +99,19 @@ class XconfSweeper(Sweeper):
             or self.task_function is None
         ):
             raise RuntimeError("XconfSweeper used before setup")
-        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
-            BaseSubmititLauncher,
-        )
-
-        if not isinstance(self.launcher, BaseSubmititLauncher):
+        # By its executor, not isinstance: Hydra's plugin scan loads the submitit plugin
+        # module a second time, so its BaseSubmititLauncher is not the class one imports here
+        # (isinstance was False, and every submitit job went out at 1 task).
+        executor = getattr(self.launcher, "_EXECUTOR", None)
+        if executor not in ("slurm", "local"):
             return self.launcher.launch(batch, initial_job_idx=initial_job_idx)
         from hydra.core.plugins import Plugins
 
         from xconf.launchers.submitit_resources import group_jobs_with_loader, node_shape
 
         declared = dict(getattr(self.launcher, "node_declared", {}))
-        params = self.launcher.params
-        if self.launcher._EXECUTOR == "local":
+        params: Any = getattr(self.launcher, "params", {})
+        if executor == "local":
             import os
 
             # The local executor runs every task on this machine: its node is this machine.

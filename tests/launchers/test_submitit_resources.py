@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from tests.conftest import S3_JSON
 from xconf.config.strict import load_experiment_file
 from xconf.launchers.errors import LaunchError, TopologyError
-from xconf.launchers.slurm_rank import port_for_job
+from xconf.launchers.ports import free_port
+from xconf.launchers.slurm_rank import port_file, publish_port, wait_port
 from xconf.launchers.submitit_resources import NodeShape, group_jobs, node_shape
 from xconf.planner import plan_experiment
 
@@ -58,13 +60,27 @@ def test_mismatched_lengths_are_refused() -> None:
         group_jobs([[], []], [{}])
 
 
-def test_port_for_job_is_stable_and_bounded() -> None:
-    assert port_for_job("1234") == port_for_job("1234")
-    assert port_for_job("1234") != port_for_job("1235")
-    assert 20000 <= port_for_job("987654321") < 40000
-    assert port_for_job("12_3") == port_for_job("123")
-    with pytest.raises(LaunchError):
-        port_for_job("abc")
+def test_rank_zero_publishes_a_free_port_the_peers_read(tmp_path: Path) -> None:
+    # A port some other process holds (what a job-id-derived port met on a shared node):
+    # the port rank 0 publishes is one nothing listens on, and the peers read that one.
+    with socket.socket() as taken:
+        taken.bind(("localhost", 0))
+        taken.listen()
+        port = free_port("localhost")
+        assert port != taken.getsockname()[1]
+    path = port_file(tmp_path, "1234")
+    publish_port(path, port)
+    assert wait_port(path, timeout_s=0) == port
+    # A requeued job (its next start) never reads the port of the previous one.
+    assert port_file(tmp_path, "1234", restart="1") != path
+
+
+def test_a_peer_without_rank_zero_fails_coded(tmp_path: Path) -> None:
+    path = port_file(tmp_path, "99")
+    with pytest.raises(LaunchError) as err:
+        wait_port(path, timeout_s=0.3)
+    assert err.value.code == "launch.slurm.rendezvous"
+    assert str(path) in str(err.value)
 
 
 def _nested(knobs: dict) -> dict:

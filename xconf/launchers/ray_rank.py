@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
+from xconf.launchers.ports import free_port
 from xconf.launchers.world import WorldSettings, run_rank
 
 PROBE_NAME = ".xconf-ray-probe"  # written by the launcher into each job directory
@@ -61,12 +61,6 @@ def _redirect_output(path: Path) -> None:
         os.close(fd)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 class RankActor:
     """Rank ``rank`` of the case whose job directory is ``job_dir``."""
 
@@ -87,7 +81,7 @@ class RankActor:
                 "ip": ip,
                 "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
-                "port": _free_port(ip) if self.rank == 0 else None,
+                "port": free_port(ip) if self.rank == 0 else None,
                 "storage_error": self.storage_error,
             }
         )

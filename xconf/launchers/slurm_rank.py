@@ -2,20 +2,24 @@
 
 hydra-submitit-launcher runs the Hydra job once per Slurm task; with ``tasks_per_node=W``
 each of the W tasks calls :func:`init_slurm_rank` and only rank 0 publishes artifacts.
+Rank 0 picks the rendezvous port (a free one, never one derived from the job id: any other
+process on the node may hold that) and leaves it in the job's folder for the others.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from xconf.launchers.errors import LaunchError
+from xconf.launchers.ports import free_port
 
-# Ports derived from the job id fall in [_PORT_BASE, _PORT_BASE + _PORT_SPAN).
-_PORT_BASE = 20000
-_PORT_SPAN = 20000
+# Rank 0 leaves the port it picked here, in the job's submitit folder that every task sees.
+_PORT_FILE = ".xconf-rendezvous-{job_id}-{restart}.port"
+_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -33,27 +37,56 @@ class SlurmRank:
         return self.rank == 0
 
 
-def port_for_job(job_id: str) -> int:
-    """A rendezvous port derived from the Slurm job id (distinct for concurrent jobs)."""
-    digits = re.sub(r"\D", "", job_id)
-    if not digits:
-        raise LaunchError("launch.slurm.job_id", f"no digits in job id {job_id!r}", "SLURM_JOB_ID")
-    return _PORT_BASE + int(digits) % _PORT_SPAN
+def port_file(folder: Path, job_id: str, restart: str = "0") -> Path:
+    """Where rank 0 of job ``job_id`` (its ``restart``-th start) publishes its port; a
+    requeued job starts with a new name, so no task reads the port of a previous start."""
+    return folder / _PORT_FILE.format(job_id=job_id, restart=restart)
 
 
-def slurm_rank_from_env() -> SlurmRank:
+def publish_port(path: Path, port: int) -> None:
+    """Rank 0: the port, written atomically (a peer never reads half a number)."""
+    from xconf.artifacts.safe_io import write_file
+
+    write_file(path, str(port).encode())
+
+
+def wait_port(path: Path, timeout_s: float) -> int:
+    """A peer: the port rank 0 published at ``path``, waiting up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(path.read_text())
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise LaunchError(
+                    "launch.slurm.rendezvous",
+                    f"rank 0 published no port at {path} within {timeout_s:g} s",
+                    str(path),
+                ) from None
+        time.sleep(_POLL_S)
+
+
+def slurm_rank_from_env(timeout_s: float = 300.0) -> SlurmRank:
+    """Who this task is; rank 0 picks a free port (``ports.free_port``, the owner Ray's
+    ranks use too) and publishes it in the job's folder, the other tasks wait for it."""
     import submitit
 
     env = submitit.JobEnvironment()
     # SLURM_JOB_ID is unique per array element, unlike submitit's "<array>_<index>" job_id.
     job_id = os.environ.get("SLURM_JOB_ID") or str(env.job_id)
     master = "localhost" if env.num_nodes == 1 else env.hostnames[0]
+    path = port_file(env.paths.folder, job_id, os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if env.global_rank == 0:
+        port = free_port(master)
+        publish_port(path, port)
+    else:
+        port = wait_port(path, timeout_s)
     return SlurmRank(
         rank=env.global_rank,
         world_size=env.num_tasks,
         local_rank=env.local_rank,
         master_addr=master,
-        master_port=port_for_job(job_id),
+        master_port=port,
         job_id=job_id,
     )
 
@@ -66,7 +99,7 @@ def init_slurm_rank(timeout_s: float = 300.0, backend: str = "gloo") -> SlurmRan
     """
     import torch.distributed as dist
 
-    me = slurm_rank_from_env()
+    me = slurm_rank_from_env(timeout_s)
     os.environ.update(
         MASTER_ADDR=me.master_addr,
         MASTER_PORT=str(me.master_port),
