@@ -34,6 +34,8 @@ NEW_KNOBS = {
     "rollout.logits_dtype": "engine_construction",
     "training.logits_dtype": "engine_construction",
     "training.temperature": "engine_construction",
+    "rollout.weight_sync": "engine_construction",
+    "rollout.weight_sync_dtype": "engine_construction",
 }
 # Megatron's training side's own (adapters/megatron/handlers.py); vllm_hf has no handler.
 MEGATRON_KNOBS = {

@@ -70,3 +70,26 @@ def max_num_batched_tokens(live: VllmState) -> int:
 def rollout_scoring_mode(live: VllmState) -> str | None:
     """How the engine's last scored pass asked for logprobs (None: not scored yet)."""
     return live.scoring_mode
+
+
+def weight_sync(live: VllmState) -> ReadbackValue:
+    """``load`` where no sync ran; ``reload`` only where every worker's every parameter and
+    buffer equals the reference's after the sync (``weight_sync.py``); a failed read naming
+    the stale tensors otherwise: a sync that left one stale is never read back as done."""
+    from xconf.knobs import WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD
+
+    sync = live.weight_sync
+    if sync is None:
+        return WEIGHT_SYNC_LOAD
+    if sync.stale:
+        shown = ", ".join(sync.stale[:8]) + (" ..." if len(sync.stale) > 8 else "")
+        return ReadbackFailure(
+            f"the weight sync left {len(sync.stale)} tensor(s) stale (live != the weights as "
+            f"sent, loaded from disk): {shown}"
+        )
+    return WEIGHT_SYNC_RELOAD
+
+
+def weight_sync_dtype(live: VllmState) -> ReadbackValue:
+    """The dtype the sent weights travelled in, read from the sent file (None: no sync)."""
+    return None if live.weight_sync is None else live.weight_sync.dtype

@@ -45,3 +45,10 @@ class VllmSettings:
     logits_dtype: str = "model"
     """``rollout.logits_dtype``: the lm_head projection's dtype: ``model`` (the compute dtype)
     or ``float32`` (vLLM's ``head_dtype`` override: hidden states and weight cast first)."""
+    weight_sync: str = "load"
+    """``rollout.weight_sync``: ``load`` (the engine loads the scored checkpoint) or ``reload``
+    (built from the perturbed source checkpoint, then sent the scored weights through vLLM's
+    ``reload_weights``: ``weight_sync.py``)."""
+    weight_sync_dtype: str = "float32"
+    """``rollout.weight_sync_dtype``: the dtype the synced weights travel in (``float32`` or
+    ``bfloat16``; only under ``reload``)."""
