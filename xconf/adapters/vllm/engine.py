@@ -34,9 +34,6 @@ from xconf.knobs import (
     ROLLOUT_DTYPE,
     ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
-    ROLLOUT_WEIGHT_SYNC,
-    ROLLOUT_WEIGHT_SYNC_DTYPE,
-    WEIGHT_SYNC_LOAD,
     WEIGHT_SYNC_RELOAD,
 )
 from xconf.runtime.readback import (
@@ -130,18 +127,7 @@ class RolloutEngineConfig:
                 f"logits dtype {self.logits_dtype!r}",
                 ROLLOUT_LOGITS_DTYPE.path,
             )
-        if self.weight_sync not in (WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD):
-            raise UnsupportedKnobError(
-                "unsupported_value",
-                f"weight sync {self.weight_sync!r}",
-                ROLLOUT_WEIGHT_SYNC.path,
-            )
-        if self.weight_sync_dtype not in ("float32", "bfloat16"):
-            raise UnsupportedKnobError(
-                "unsupported_value",
-                f"weight sync dtype {self.weight_sync_dtype!r}",
-                ROLLOUT_WEIGHT_SYNC_DTYPE.path,
-            )
+        weight_sync.validate(self.weight_sync, self.weight_sync_dtype)
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
                 "unsupported_value",
@@ -254,6 +240,10 @@ class VllmRolloutEngine:
             else (None, None)
         )
         self._sync_root = None if files is None else files.root
+        # The dtype the weights came in: the checkpoint's under load (the sync's: weight_sync).
+        self.checkpoint_dtype = (
+            weight_sync.checkpoint_dtype(cfg.model_path) if files is None else None
+        )
         try:
             self._build(cfg, cfg.model_path if files is None else str(files.source))
             if files is not None and reference is not None:
@@ -388,8 +378,12 @@ class VllmRolloutEngine:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
             failed = f"{type(exc).__name__}: {exc}"
-            return VllmState(config, *served, None, failed, reused, mode, self.weight_sync)
-        return VllmState(config, *served, tuple(workers), None, reused, mode, self.weight_sync)
+            return VllmState(config, *served, None, failed, reused, mode, *self._synced)
+        return VllmState(config, *served, tuple(workers), None, reused, mode, *self._synced)
+
+    @property
+    def _synced(self) -> tuple[SyncRecord | None, str | None]:
+        return self.weight_sync, self.checkpoint_dtype
 
     def _remove_sync_files(self) -> None:
         if self._sync_root is not None:

@@ -145,8 +145,9 @@ def _weight_sync(request: KnobRequest) -> KnobApplication:
 
 def _weight_sync_dtype(request: KnobRequest) -> KnobApplication:
     if request.knobs.get(ROLLOUT_WEIGHT_SYNC.path) != WEIGHT_SYNC_RELOAD:
-        return request.unsupported(
-            f"no weights travel unless {ROLLOUT_WEIGHT_SYNC.path}={WEIGHT_SYNC_RELOAD}"
+        return request.applied(
+            "no sync: the weights come from disk in the checkpoint's own dtype (read back "
+            "from its files)"
         )
     return request.applied(f"the scored weights are sent as {request.value} safetensors")
 

@@ -91,5 +91,7 @@ def weight_sync(live: VllmState) -> ReadbackValue:
 
 
 def weight_sync_dtype(live: VllmState) -> ReadbackValue:
-    """The dtype the sent weights travelled in, read from the sent file (None: no sync)."""
-    return None if live.weight_sync is None else live.weight_sync.dtype
+    """The dtype the weights travelled in, read from the files: the sent file's after a sync,
+    the checkpoint's own under ``load`` (a bfloat16 request then reads back float32 from a
+    float32 checkpoint: a fallback, never applied)."""
+    return live.checkpoint_dtype if live.weight_sync is None else live.weight_sync.dtype

@@ -54,6 +54,7 @@ class VllmState:
     tokenizer_reused: bool | None = None  # from vLLM's per-process cache; None: not known
     scoring_mode: str | None = None  # how the last score call asked: decode or prefill
     weight_sync: SyncRecord | None = None  # what a weight sync did; None: loaded from disk
+    checkpoint_dtype: str | None = None  # the dtype a loaded checkpoint's weights came in
 
     def readings(self) -> dict[str, Any]:
         """What the engine reports beside its knobs (``runtime/readback`` names)."""

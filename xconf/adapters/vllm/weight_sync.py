@@ -95,6 +95,26 @@ def _checkpoint(scored: Path, out: Path, tensors: dict[str, Any], rule: str) -> 
     return publish_bytes(out, WEIGHTS, tensor_parts(tensors, {"xconf": rule}))
 
 
+def validate(mode: str, dtype: str) -> None:
+    """Refuse a weight sync or transport dtype this module does not implement."""
+    from xconf.adapters.errors import UnsupportedKnobError
+    from xconf.knobs import (
+        ROLLOUT_WEIGHT_SYNC,
+        ROLLOUT_WEIGHT_SYNC_DTYPE,
+        WEIGHT_SYNC_LOAD,
+        WEIGHT_SYNC_RELOAD,
+    )
+
+    if mode not in (WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD):
+        raise UnsupportedKnobError(
+            "unsupported_value", f"weight sync {mode!r}", ROLLOUT_WEIGHT_SYNC.path
+        )
+    if dtype not in ("float32", "bfloat16"):
+        raise UnsupportedKnobError(
+            "unsupported_value", f"weight sync dtype {dtype!r}", ROLLOUT_WEIGHT_SYNC_DTYPE.path
+        )
+
+
 def source_rule() -> str:
     return f"{PERTURBATION} seed={SOURCE_SEED} scale={SOURCE_SCALE}"
 
@@ -156,18 +176,27 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
     )
 
 
-def sent_dtype(files: SyncFiles) -> str:
-    """The one dtype of the sent file's floating tensors, from its header (what travelled)."""
+def files_dtype(paths: Sequence[Path]) -> str:
+    """The one dtype of the floating tensors in these safetensors files, from their headers
+    (what travelled; ``mixed:...`` when they hold several)."""
     from xconf.artifacts.safetensors_header import header_length, parse_header
 
-    path = files.sent / WEIGHTS
-    with path.open("rb") as f:
-        size = path.stat().st_size
-        length = header_length(f.read(8), size, str(path))
-        header = parse_header(f.read(length), size - 8 - length, str(path))
     names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
-    found = {names[e.dtype] for e in header.entries.values() if e.dtype in names}
+    found: set[str] = set()
+    for path in paths:
+        with path.open("rb") as f:
+            size = path.stat().st_size
+            length = header_length(f.read(8), size, str(path))
+            header = parse_header(f.read(length), size - 8 - length, str(path))
+        found |= {names[e.dtype] for e in header.entries.values() if e.dtype in names}
     return found.pop() if len(found) == 1 else "mixed:" + ",".join(sorted(found))
+
+
+def checkpoint_dtype(model_path: str) -> str:
+    """The dtype a ``load`` engine's weights come from disk in: the checkpoint's."""
+    from xconf.adapters.models.local import weight_files
+
+    return files_dtype(weight_files(Path(model_path)))
 
 
 def _combined(per_worker: list[list[tuple[str, str]]]) -> str:
@@ -206,7 +235,7 @@ def sync(
     seconds = time.perf_counter() - start
     live = [list(map(tuple, w)) for w in llm.collective_rpc(digests)]
     return SyncRecord(
-        dtype=sent_dtype(files),
+        dtype=files_dtype([files.sent / WEIGHTS]),
         stale=stale_tensors(live, reference),
         live_digest=_combined(live),
         reference_digest=_combined(reference),
