@@ -461,6 +461,32 @@ ROLLOUT_TOP_P = KnobSpec(
 # The largest top-k a knob accepts (above any vocabulary here; vLLM: >= vocab is no top-k).
 MAX_TOP_K = 1 << 20
 
+# How the rollout engine comes to hold the scored weights (docs/weight_sync.md): ``load``
+# builds it from the scored checkpoint; ``reload`` builds it from another checkpoint (the
+# scored one under a recorded, deterministic perturbation) and then sends it the scored
+# weights through vLLM's weight-update path (``reload_weights``), as an RL loop does.
+WEIGHT_SYNC_LOAD = "load"
+WEIGHT_SYNC_RELOAD = "reload"
+ROLLOUT_WEIGHT_SYNC = KnobSpec(
+    "rollout.weight_sync",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "how the rollout engine receives the scored weights (load: from disk at construction; "
+    "reload: built from another checkpoint, then synced through vLLM's weight-update path)",
+    _choices({WEIGHT_SYNC_LOAD: WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD: WEIGHT_SYNC_RELOAD}),
+    tier="extended",
+)
+ROLLOUT_WEIGHT_SYNC_DTYPE = KnobSpec(
+    "rollout.weight_sync_dtype",
+    "engine_construction",
+    "choice",
+    "rollout",
+    "dtype the synced weights travel in (the trainer's float32 master weights, or bfloat16)",
+    _choices({k: v for k, v in DTYPE_ALIASES.items() if v in ("float32", "bfloat16")}),
+    tier="extended",
+)
+
 KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
     {
         spec.path: spec
@@ -500,6 +526,8 @@ KNOBS: Mapping[str, KnobSpec] = MappingProxyType(
             ROLLOUT_TEMPERATURE,
             ROLLOUT_TOP_K,
             ROLLOUT_TOP_P,
+            ROLLOUT_WEIGHT_SYNC,
+            ROLLOUT_WEIGHT_SYNC_DTYPE,
         )
     }
 )

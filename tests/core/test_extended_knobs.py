@@ -38,6 +38,8 @@ NEW_KNOBS = {
     "rollout.temperature": "engine_construction",
     "rollout.top_k": "engine_construction",
     "rollout.top_p": "engine_construction",
+    "rollout.weight_sync": "engine_construction",
+    "rollout.weight_sync_dtype": "engine_construction",
 }
 # Megatron's training side's own (adapters/megatron/handlers.py); vllm_hf has no handler.
 MEGATRON_KNOBS = {

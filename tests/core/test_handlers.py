@@ -23,6 +23,8 @@ from xconf.knobs import (
     LOGP_BACKEND,
     ROLLOUT_KV_CACHE_DTYPE,
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
+    ROLLOUT_WEIGHT_SYNC,
+    ROLLOUT_WEIGHT_SYNC_DTYPE,
     TRAINING_ALIGN,
     TRAINING_ALIGN_ALL,
     TRAINING_APPLY_ROPE_FUSION,
@@ -64,6 +66,8 @@ HF_TRAINING = frozenset(
     {*(spec.path for spec in TRAINING_ALIGN.values()), TRAINING_ALIGN_ALL.path}
     | {TRAINING_SCORING_MODE.path, TRAINING_LOGITS_DTYPE.path, TRAINING_TEMPERATURE.path}
 )
+# vLLM's own rollout knobs (its weight-update path): the transformers reference scorer has none.
+VLLM_ROLLOUT = frozenset({ROLLOUT_WEIGHT_SYNC.path, ROLLOUT_WEIGHT_SYNC_DTYPE.path})
 # Each runtime's two sides, as conf/runtime/*.yaml pairs them.
 PAIRS: dict[str, tuple[SideSpec[Any, Any], SideSpec[Any, Any]]] = {
     "vllm_hf": (vllm.VLLM, hf.TRAINING),
@@ -81,7 +85,7 @@ def _side_knobs(spec: SideSpec[Any, Any]) -> set[str]:
     ("pair", "honoured"),
     [
         ("vllm_hf", BOUND - MEGATRON),
-        ("hf_pair", BOUND - MEGATRON),
+        ("hf_pair", BOUND - MEGATRON - VLLM_ROLLOUT),
         ("vllm_megatron", BOUND - HF_TRAINING),
         ("cpu_smoke", CONTRACT_KNOBS & BOUND),
     ],

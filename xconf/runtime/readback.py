@@ -58,6 +58,31 @@ ROLLOUT_TOKENIZER_REUSED = ReadbackName(
     "the engine's tokenizer came from vLLM's per-process cache (an earlier engine of this "
     "process loaded it from the same files and options); it never touches a score",
 )
+ROLLOUT_WEIGHT_SYNC_SOURCE = ReadbackName(
+    "rollout.weight_sync_source",
+    "the checkpoint a synced engine was built from: its perturbation rule and the sha256 of "
+    "its weights file (rollout.weight_sync=reload)",
+)
+ROLLOUT_WEIGHT_SYNC_SENT = ReadbackName(
+    "rollout.weight_sync_sent", "sha256 of the weights file the sync sent"
+)
+ROLLOUT_WEIGHT_SYNC_LIVE = ReadbackName(
+    "rollout.weight_sync_live_digest",
+    "digest of every worker's parameters and buffers after the sync",
+)
+ROLLOUT_WEIGHT_SYNC_REFERENCE = ReadbackName(
+    "rollout.weight_sync_reference_digest",
+    "the same digest, of an engine that loaded the weights as sent from disk",
+)
+ROLLOUT_WEIGHT_SYNC_STALE = ReadbackName(
+    "rollout.weight_sync_stale",
+    "worker:tensor names the sync left different from the reference (empty: none)",
+)
+ROLLOUT_WEIGHT_SYNC_LOSSLESS = ReadbackName(
+    "rollout.weight_sync_lossless",
+    "the weights as sent equal the scored checkpoint's bit for bit (false: the transport "
+    "dtype rounded them)",
+)
 ROLLOUT_ATTENTION_BACKEND = ReadbackName(
     "rollout.attention_backend", "the hf_pair reference scorer's attention implementation"
 )
@@ -122,6 +147,12 @@ READBACKS: Mapping[str, ReadbackName] = MappingProxyType(
             ROLLOUT_TOKENIZER_REUSED,
             ROLLOUT_VOCAB_LAYOUT,
             ROLLOUT_ATTENTION_BACKEND,
+            ROLLOUT_WEIGHT_SYNC_SOURCE,
+            ROLLOUT_WEIGHT_SYNC_SENT,
+            ROLLOUT_WEIGHT_SYNC_LIVE,
+            ROLLOUT_WEIGHT_SYNC_REFERENCE,
+            ROLLOUT_WEIGHT_SYNC_STALE,
+            ROLLOUT_WEIGHT_SYNC_LOSSLESS,
             TRAINING_FSDP_WRAPPED_MODULES,
             TRAINING_WORLD_SIZE,
             TRAINING_LAUNCHER_WORLD_SIZE,

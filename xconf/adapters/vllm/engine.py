@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xconf.adapters.errors import RuntimeUnavailableError, ScoringError, UnsupportedKnobError
-from xconf.adapters.vllm import heap
+from xconf.adapters.vllm import heap, weight_sync
 from xconf.adapters.vllm.process import (
     configure_env,
     destroy_vllm_distributed,
@@ -25,6 +25,7 @@ from xconf.adapters.vllm.process import (
 from xconf.adapters.vllm.reaper import REAPER, engine_memory_estimate
 from xconf.adapters.vllm.settings import VllmSettings
 from xconf.adapters.vllm.state import VllmState
+from xconf.adapters.vllm.weight_sync import SyncRecord
 from xconf.knobs import (
     DTYPES,
     LOGITS_DTYPE_CHOICES,
@@ -35,6 +36,7 @@ from xconf.knobs import (
     ROLLOUT_LOGITS_DTYPE,
     ROLLOUT_LOGPROBS_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
+    WEIGHT_SYNC_RELOAD,
 )
 from xconf.runtime.readback import (
     ROLLOUT_KV_CACHE_MEMORY_BYTES,
@@ -86,6 +88,12 @@ class RolloutEngineConfig:
     logits_dtype: str = _SETTINGS.logits_dtype
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
+    # How the engine receives the scored weights (weight_sync.py): load, or reload from a
+    # perturbed source checkpoint, the weights travelling in weight_sync_dtype.
+    weight_sync: str = _SETTINGS.weight_sync
+    weight_sync_dtype: str = _SETTINGS.weight_sync_dtype
+    # Tensors the sync does not send: a planted stale parameter (tests only; never a knob).
+    weight_sync_withhold: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: VllmSettings, **construction: Any) -> RolloutEngineConfig:
@@ -130,6 +138,7 @@ class RolloutEngineConfig:
                 f"logits dtype {self.logits_dtype!r}",
                 ROLLOUT_LOGITS_DTYPE.path,
             )
+        weight_sync.validate(self.weight_sync, self.weight_sync_dtype)
         if self.kv_cache_memory_bytes <= 0:
             raise UnsupportedKnobError(
                 "unsupported_value",
@@ -239,6 +248,31 @@ class VllmRolloutEngine:
     def __init__(self, cfg: RolloutEngineConfig) -> None:
         cfg.validate()
         self.cfg = cfg
+        self._closed = True
+        self.weight_sync: SyncRecord | None = None  # None: the engine loaded the checkpoint
+        files, reference = (
+            weight_sync.reference(cfg, VllmRolloutEngine)
+            if cfg.weight_sync == WEIGHT_SYNC_RELOAD
+            else (None, None)
+        )
+        self._sync_root = None if files is None else files.root
+        # The dtype the weights came in: the checkpoint's under load (the sync's: weight_sync).
+        self.checkpoint_dtype = (
+            weight_sync.checkpoint_dtype(cfg.model_path) if files is None else None
+        )
+        try:
+            self._build(cfg, cfg.model_path if files is None else str(files.source))
+            if files is not None and reference is not None:
+                from xconf.adapters.vllm.live_weights import parameter_digests
+
+                self.weight_sync = weight_sync.sync(self.llm, files, reference, parameter_digests)
+        except BaseException:
+            self.close()
+            self._remove_sync_files()
+            raise
+
+    def _build(self, cfg: RolloutEngineConfig, model_path: str) -> None:
+        """The ``LLM`` of ``cfg``, its weights loaded from ``model_path``."""
         configure_env(cfg.in_process, bool(cfg.batch_invariant), cfg.tensor_parallel_size)
         try:
             from vllm import LLM
@@ -247,7 +281,7 @@ class VllmRolloutEngine:
                 "runtime_unavailable", f"vllm cannot be imported: {exc}", "runtime.rollout"
             ) from exc
         kwargs: dict[str, Any] = dict(
-            model=cfg.model_path,
+            model=model_path,
             tokenizer=cfg.tokenizer_path or cfg.model_path,
             trust_remote_code=cfg.trust_remote_code,
             load_format="safetensors",  # never a pickle checkpoint, even if one sits beside
@@ -278,7 +312,6 @@ class VllmRolloutEngine:
             kwargs["distributed_executor_backend"] = "external_launcher"
         elif cfg.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "mp"
-        self._closed = True
         for other in list(_LIVE):
             other.close()
         import torch.distributed as dist
@@ -290,9 +323,7 @@ class VllmRolloutEngine:
         from xconf.errors import XconfError
 
         REAPER.make_room(
-            engine_memory_estimate(
-                cfg.model_path, cfg.kv_cache_memory_bytes, cfg.tensor_parallel_size
-            )
+            engine_memory_estimate(model_path, cfg.kv_cache_memory_bytes, cfg.tensor_parallel_size)
         )
         heap.hold()
         try:
@@ -317,7 +348,7 @@ class VllmRolloutEngine:
             if isinstance(exc, XconfError) or not isinstance(exc, Exception):
                 raise  # a case deadline (already coded), an interrupt
             # pydantic, ValueError, AssertionError, RuntimeError...
-            raise load_failure("vLLM", exc, cfg.model_path) from exc
+            raise load_failure("vLLM", exc, model_path) from exc
         self._closed = False
         _LIVE.add(self)
         # Prompt rows are kept as tensors in every worker for the requests that ask (rows.py):
@@ -371,16 +402,24 @@ class VllmRolloutEngine:
             workers = self.llm.collective_rpc(self.worker_state)
         except Exception as exc:  # readback must not kill scoring; record why
             failed = f"{type(exc).__name__}: {exc}"
-            return VllmState(
-                config, *served, None, failed, tokenizer_reused=reused, scoring_mode=mode
-            )
-        return VllmState(
-            config, *served, tuple(workers), tokenizer_reused=reused, scoring_mode=mode
-        )
+            return VllmState(config, *served, None, failed, reused, mode, *self._synced)
+        return VllmState(config, *served, tuple(workers), None, reused, mode, *self._synced)
+
+    @property
+    def _synced(self) -> tuple[SyncRecord | None, str | None]:
+        return self.weight_sync, self.checkpoint_dtype
+
+    def _remove_sync_files(self) -> None:
+        if self._sync_root is not None:
+            import shutil
+
+            shutil.rmtree(self._sync_root, ignore_errors=True)
+            self._sync_root = None
 
     def close(self) -> None:
         """Shut the engine down and release the distributed state it created."""
         if self._closed:
+            self._remove_sync_files()
             return
         self._closed = True
         _LIVE.discard(self)
@@ -403,6 +442,7 @@ class VllmRolloutEngine:
         if self.cfg.in_process:
             destroy_vllm_distributed()
         heap.released()
+        self._remove_sync_files()
 
     def __enter__(self) -> VllmRolloutEngine:
         return self

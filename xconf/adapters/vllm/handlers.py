@@ -30,6 +30,9 @@ from xconf.knobs import (
     ROLLOUT_MAX_NUM_BATCHED_TOKENS,
     ROLLOUT_SCORING_MODE,
     ROLLOUT_TENSOR_PARALLEL_SIZE,
+    ROLLOUT_WEIGHT_SYNC,
+    ROLLOUT_WEIGHT_SYNC_DTYPE,
+    WEIGHT_SYNC_RELOAD,
 )
 from xconf.runtime.protocol import (
     AT_CONSTRUCTION,
@@ -130,6 +133,25 @@ def _logits_dtype(request: KnobRequest) -> KnobApplication:
     )
 
 
+def _weight_sync(request: KnobRequest) -> KnobApplication:
+    if request.value == WEIGHT_SYNC_RELOAD:
+        return request.applied(
+            "engine built from the perturbed source checkpoint, then sent the scored weights "
+            "by collective_rpc('reload_weights'); each tensor checked against an engine that "
+            "loaded them from disk"
+        )
+    return request.applied("the engine loads the scored checkpoint at construction")
+
+
+def _weight_sync_dtype(request: KnobRequest) -> KnobApplication:
+    if request.knobs.get(ROLLOUT_WEIGHT_SYNC.path) != WEIGHT_SYNC_RELOAD:
+        return request.applied(
+            "no sync: the weights come from disk in the checkpoint's own dtype (read back "
+            "from its files)"
+        )
+    return request.applied(f"the scored weights are sent as {request.value} safetensors")
+
+
 CONTRACT: Mapping[str, KnobHandler] = {
     BATCH_SIZE.path: CHUNKED_REQUESTS,
     ROLLOUT_TENSOR_PARALLEL_SIZE.path: KnobHandler(_tensor_parallel, reads.WORKER_TP),
@@ -146,5 +168,7 @@ EXTENDED: Mapping[str, KnobHandler] = {
     ROLLOUT_SCORING_MODE.path: KnobHandler(_scoring_mode, reads.rollout_scoring_mode),
     ROLLOUT_LOGITS_DTYPE.path: KnobHandler(_logits_dtype, reads.WORKER_LOGITS_DTYPE),
     **sampling_knobs.HANDLERS,
+    ROLLOUT_WEIGHT_SYNC.path: KnobHandler(_weight_sync, reads.weight_sync),
+    ROLLOUT_WEIGHT_SYNC_DTYPE.path: KnobHandler(_weight_sync_dtype, reads.weight_sync_dtype),
 }
 HANDLERS: Mapping[str, KnobHandler] = MappingProxyType({**CONTRACT, **EXTENDED})

@@ -113,3 +113,28 @@ def logprobs_mode(live: VllmState) -> ReadbackValue:
 SAMPLED_TEMPERATURE = _sampled(_TEMPERATURE)
 SAMPLED_TOP_K = _sampled(_TOP_K)
 SAMPLED_TOP_P = _sampled(_TOP_P)
+
+
+def weight_sync(live: VllmState) -> ReadbackValue:
+    """``load`` where no sync ran; ``reload`` only where every worker's every parameter and
+    buffer equals the reference's after the sync (``weight_sync.py``); a failed read naming
+    the stale tensors otherwise: a sync that left one stale is never read back as done."""
+    from xconf.knobs import WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD
+
+    sync = live.weight_sync
+    if sync is None:
+        return WEIGHT_SYNC_LOAD
+    if sync.stale:
+        shown = ", ".join(sync.stale[:8]) + (" ..." if len(sync.stale) > 8 else "")
+        return ReadbackFailure(
+            f"the weight sync left {len(sync.stale)} tensor(s) stale (live != the weights as "
+            f"sent, loaded from disk): {shown}"
+        )
+    return WEIGHT_SYNC_RELOAD
+
+
+def weight_sync_dtype(live: VllmState) -> ReadbackValue:
+    """The dtype the weights travelled in, read from the files: the sent file's after a sync,
+    the checkpoint's own under ``load`` (a bfloat16 request then reads back float32 from a
+    float32 checkpoint: a fallback, never applied)."""
+    return live.checkpoint_dtype if live.weight_sync is None else live.weight_sync.dtype

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from xconf.adapters.frozen import FrozenBatch
 from xconf.adapters.frozen_side import FrozenSide
+from xconf.adapters.vllm.live_weights import worker_weight_digest
 from xconf.experiment import Identity
 from xconf.runtime.protocol import (
     ReadbackFailure,
@@ -65,17 +66,6 @@ def rollout_readings(live: VllmState) -> dict[str, Any]:
     }
 
 
-def _worker_weight_digest(worker: Any) -> str:
-    """Runs in each vLLM worker: digest of the loaded (rank-local) weights."""
-    import torch
-
-    h = hashlib.sha256()
-    for name, p in sorted(worker.model_runner.model.named_parameters(), key=lambda kv: kv[0]):
-        h.update(name.encode())
-        h.update(p.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 class VllmRolloutSide(FrozenSide):
     """Engine protocol over :class:`~xconf.adapters.vllm.engine.VllmRolloutEngine`;
     ``readback`` is the side's (``side.VLLM.readback``: readings and each knob's handler).
@@ -98,7 +88,7 @@ class VllmRolloutSide(FrozenSide):
         self.scoring_mode = scoring_mode
 
     def _weights(self) -> str:
-        digests = self.engine.llm.collective_rpc(_worker_weight_digest)
+        digests = self.engine.llm.collective_rpc(worker_weight_digest)
         return hashlib.sha256("|".join(digests).encode()).hexdigest()
 
     def _score(

@@ -10,7 +10,7 @@ beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xconf.runtime.readback import (
     ROLLOUT_BLOCK_SIZE,
@@ -25,10 +25,19 @@ from xconf.runtime.readback import (
     ROLLOUT_REQUEST_SIZES,
     ROLLOUT_SEED,
     ROLLOUT_TOKENIZER_REUSED,
+    ROLLOUT_WEIGHT_SYNC_LIVE,
+    ROLLOUT_WEIGHT_SYNC_LOSSLESS,
+    ROLLOUT_WEIGHT_SYNC_REFERENCE,
+    ROLLOUT_WEIGHT_SYNC_SENT,
+    ROLLOUT_WEIGHT_SYNC_SOURCE,
+    ROLLOUT_WEIGHT_SYNC_STALE,
     ROLLOUT_WORKERS,
     ROLLOUT_WORKERS_ERROR,
     ROLLOUT_WORLD_SIZE,
 )
+
+if TYPE_CHECKING:
+    from xconf.adapters.vllm.weight_sync import SyncRecord
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class VllmState:
     workers_error: str | None = None  # why the workers were not read
     tokenizer_reused: bool | None = None  # from vLLM's per-process cache; None: not known
     scoring_mode: str | None = None  # how the last score call asked: decode or prefill
+    weight_sync: SyncRecord | None = None  # what a weight sync did; None: loaded from disk
+    checkpoint_dtype: str | None = None  # the dtype a loaded checkpoint's weights came in
 
     def readings(self) -> dict[str, Any]:
         """What the engine reports beside its knobs (``runtime/readback`` names)."""
@@ -75,4 +86,12 @@ class VllmState:
         }
         if self.workers is None:
             out[ROLLOUT_WORKERS_ERROR.name] = self.workers_error
+        sync = self.weight_sync
+        if sync is not None:
+            out[ROLLOUT_WEIGHT_SYNC_SOURCE.name] = f"{sync.source_rule} sha256:{sync.source_digest}"
+            out[ROLLOUT_WEIGHT_SYNC_SENT.name] = f"sha256:{sync.sent_digest}"
+            out[ROLLOUT_WEIGHT_SYNC_LIVE.name] = sync.live_digest
+            out[ROLLOUT_WEIGHT_SYNC_REFERENCE.name] = sync.reference_digest
+            out[ROLLOUT_WEIGHT_SYNC_STALE.name] = ",".join(sync.stale)
+            out[ROLLOUT_WEIGHT_SYNC_LOSSLESS.name] = sync.lossless
         return out
