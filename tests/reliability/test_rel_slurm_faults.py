@@ -39,6 +39,10 @@ def command(tmp: Path) -> list[str]:
         "allow_smoke_operators=true",
         "hydra/launcher=xconf_submitit_slurm",
         "hydra.launcher.timeout_min=10",
+        # One CPU per case, so both cases run side by side on the 2-CPU node (a world of one
+        # rank otherwise gets the whole node: the other case would wait behind the faulted one,
+        # and after slurmd's death wait on a down node).
+        "hydra.launcher.cpus_per_task=1",
         "runtime._target_=tests.reliability.relruntimes:HeldRuntime",
         f"+runtime.hold={tmp / 'hold'}",
         f"output_root={tmp / 'out'}",
