@@ -120,6 +120,7 @@ def _xdist_group(item: pytest.Item) -> str:
     return item.nodeid.partition("::")[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Workers collect (each must give the same order); the controller only schedules.
     if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
