@@ -127,3 +127,21 @@ def write_checkpoint(
         doc.pop("num_key_value_heads")
         path.write_text(json.dumps(doc, indent=2))
     return out
+
+
+def random_batch(seed: int, shapes: tuple[tuple[int, int], ...]) -> Any:
+    """A frozen batch of random token ids in [3, 300) (inside every tiny vocabulary, clear of
+    the special ids): one (prompt length, response length) per sample, drawn in that order."""
+    import torch
+
+    from xconf.adapters.frozen import FrozenBatch, FrozenSample
+
+    g = torch.Generator().manual_seed(seed)
+    samples = tuple(
+        FrozenSample(
+            tuple(torch.randint(3, 300, (n,), generator=g).tolist()),
+            tuple(torch.randint(3, 300, (m,), generator=g).tolist()),
+        )
+        for n, m in shapes
+    )
+    return FrozenBatch(samples, 0)

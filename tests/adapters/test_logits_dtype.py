@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.archs import write_checkpoint
+from tests.adapters.archs import random_batch, write_checkpoint
 from tests.adapters.conftest import needs_hf, needs_vllm
 from xconf.operators.catalog import Side
 
@@ -28,19 +28,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _batch() -> Any:
-    import torch
-
-    from xconf.adapters.frozen import FrozenBatch, FrozenSample
-
-    g = torch.Generator().manual_seed(1)
-    samples = tuple(
-        FrozenSample(
-            tuple(torch.randint(3, 300, (n,), generator=g).tolist()),
-            tuple(torch.randint(3, 300, (6,), generator=g).tolist()),
-        )
-        for n in (5, 9)
-    )
-    return FrozenBatch(samples, 0)
+    return random_batch(1, ((5, 6), (9, 6)))
 
 
 def _scorer(path: Path, **kw: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.archs import write_checkpoint
+from tests.adapters.archs import random_batch, write_checkpoint
 from tests.adapters.conftest import needs_hf, needs_vllm
 from xconf.knobs import KnobValueError, canonical
 
@@ -144,19 +144,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _batch() -> Any:
-    import torch
-
-    from xconf.adapters.frozen import FrozenBatch, FrozenSample
-
-    g = torch.Generator().manual_seed(3)
-    samples = tuple(
-        FrozenSample(
-            tuple(torch.randint(3, 300, (n,), generator=g).tolist()),
-            tuple(torch.randint(3, 300, (m,), generator=g).tolist()),
-        )
-        for n, m in ((5, 6), (9, 4), (7, 6))
-    )
-    return FrozenBatch(samples, 0)
+    return random_batch(3, ((5, 6), (9, 4), (7, 6)))
 
 
 def _scored(path: Path, batch: Any, **cfg: Any) -> tuple[Any, Any, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.archs import write_checkpoint
+from tests.adapters.archs import random_batch, write_checkpoint
 from tests.adapters.conftest import needs_vllm
 from xconf.runtime.protocol import ReadbackFailure
 
@@ -26,19 +26,7 @@ WITHHELD = "model.layers.1.mlp.down_proj.weight"
 
 
 def _batch() -> Any:
-    import torch
-
-    from xconf.adapters.frozen import FrozenBatch, FrozenSample
-
-    g = torch.Generator().manual_seed(3)
-    samples = tuple(
-        FrozenSample(
-            tuple(torch.randint(3, 300, (n,), generator=g).tolist()),
-            tuple(torch.randint(3, 300, (6,), generator=g).tolist()),
-        )
-        for n in (5, 9)
-    )
-    return FrozenBatch(samples, 0)
+    return random_batch(3, ((5, 6), (9, 6)))
 
 
 def _run(path: Path, **kw: Any) -> dict[str, Any]:
