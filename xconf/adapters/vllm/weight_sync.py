@@ -11,7 +11,8 @@ engine owns (removed when it closes):
   as sent); ``lossless`` says whether the cast kept the scored bits (bfloat16 of a float32
   checkpoint does not);
 - the **sent** file: the transport, less any tensor withheld (``withhold``: a planted stale
-  parameter, tests only). ``collective_rpc("reload_weights", weights_path=...)`` sends it.
+  parameter, tests only; with none withheld it is the transport file itself).
+  ``collective_rpc("reload_weights", weights_path=...)`` sends it.
 
 The proof (``SyncRecord.stale``): a second engine, built by ``load`` from the transport, is the
 reference: what vLLM holds when it loads the weights as sent from disk, cast as the engine
@@ -48,7 +49,7 @@ class SyncFiles:
     root: Path  # the engine's own directory (removed when it closes)
     source: Path  # the perturbed checkpoint the engine is built from
     transport: Path  # every scored tensor in the transport dtype (the reference loads it)
-    sent: Path  # what the sync sends: the transport, less any withheld tensor
+    sent: Path  # what the sync sends: the transport, less any withheld tensor (or the transport)
     source_digest: str  # sha256 of the source's weights file (with the rule, its identity)
     transport_digest: str  # sha256 of the transport's weights file
     sent_digest: str
@@ -158,8 +159,11 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
         src = Path(model_path)
         source_digest = _checkpoint(src, root / "source", perturbed(scored), source_rule())
         transport_digest = _checkpoint(src, root / "transport", transport, f"transport {dtype}")
-        sent = {n: t for n, t in transport.items() if n not in set(withhold)}
-        sent_digest = _checkpoint(src, root / "sent", sent, f"sent {dtype}")
+        sent_path, sent_digest = root / "transport", transport_digest
+        if withhold:  # otherwise the sent file is the transport: never written twice
+            sent = {n: t for n, t in transport.items() if n not in set(withhold)}
+            sent_path = root / "sent"
+            sent_digest = _checkpoint(src, sent_path, sent, f"sent {dtype}")
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -167,7 +171,7 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
         root,
         root / "source",
         root / "transport",
-        root / "sent",
+        sent_path,
         source_digest,
         transport_digest,
         sent_digest,
