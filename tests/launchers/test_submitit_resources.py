@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -81,6 +82,26 @@ def test_a_peer_without_rank_zero_fails_coded(tmp_path: Path) -> None:
         wait_port(path, timeout_s=0.3)
     assert err.value.code == "launch.slurm.rendezvous"
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"12ab", b"0", b"70000", b"1" * 100], ids=["empty", "text", "0", "big", "long"]
+)
+def test_a_port_file_that_holds_no_port_fails_coded(tmp_path: Path, content: bytes) -> None:
+    path = port_file(tmp_path, "7")
+    path.write_bytes(content)
+    with pytest.raises(LaunchError) as err:
+        wait_port(path, timeout_s=0)
+    assert err.value.code == "launch.slurm.rendezvous"
+    assert str(path) in str(err.value)
+
+
+def test_a_fifo_at_the_port_path_never_blocks_the_peer(tmp_path: Path) -> None:
+    path = port_file(tmp_path, "8")
+    os.mkfifo(path)
+    with pytest.raises(LaunchError) as err:
+        wait_port(path, timeout_s=0)
+    assert err.value.code == "launch.slurm.rendezvous"
 
 
 def _nested(knobs: dict) -> dict:

@@ -20,6 +20,7 @@ from xconf.launchers.ports import free_port
 # Rank 0 leaves the port it picked here, in the job's submitit folder that every task sees.
 _PORT_FILE = ".xconf-rendezvous-{job_id}-{restart}.port"
 _POLL_S = 0.2
+_PORT_MAX_BYTES = 8  # "65535" and room for nothing else
 
 
 @dataclass(frozen=True)
@@ -52,18 +53,36 @@ def publish_port(path: Path, port: int) -> None:
 
 def wait_port(path: Path, timeout_s: float) -> int:
     """A peer: the port rank 0 published at ``path``, waiting up to ``timeout_s``."""
+    from xconf.artifacts.layout import read_regular
+    from xconf.errors import ArtifactError
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return int(path.read_text())
-        except FileNotFoundError:
-            if time.monotonic() >= deadline:
-                raise LaunchError(
-                    "launch.slurm.rendezvous",
-                    f"rank 0 published no port at {path} within {timeout_s:g} s",
-                    str(path),
-                ) from None
+            # Bounded, never following a link, never blocking on a FIFO: the folder is shared.
+            data = read_regular(path, _PORT_MAX_BYTES)
+        except ArtifactError as exc:
+            raise LaunchError(
+                "launch.slurm.rendezvous", f"the port file is unreadable: {exc}", str(path)
+            ) from None
+        if data is not None:
+            return _port(data, path)
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                "launch.slurm.rendezvous",
+                f"rank 0 published no port at {path} within {timeout_s:g} s",
+                str(path),
+            )
         time.sleep(_POLL_S)
+
+
+def _port(data: bytes, path: Path) -> int:
+    text = data.decode("ascii", "replace")
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise LaunchError(
+            "launch.slurm.rendezvous", f"the port file holds {text[:16]!r}, not a port", str(path)
+        )
+    return int(text)
 
 
 def slurm_rank_from_env(timeout_s: float = 300.0) -> SlurmRank:
