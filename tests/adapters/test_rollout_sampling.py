@@ -287,3 +287,21 @@ def test_a_finite_float_reads_back_as_a_knob_value() -> None:
 
     kept = readback_values({"a": 0.7, "b": float("inf"), "c": 1, "d": [1.0]})
     assert kept == {"a": 0.7, "c": 1}
+
+
+def test_the_sampler_hook_s_decimal_is_numpy_s_per_value_bit_for_bit() -> None:
+    """The hook's per-row read of a float32 knob (remembered between steps) is numpy's shortest
+    decimal of that float32 for every value, asked twice, -0.0 and 0.0 told apart."""
+    import math
+
+    import numpy as np
+
+    from xconf.adapters.vllm.sampling import _decimal
+
+    values = [0.7, 0.70000001, 1.0, 0.0, -0.0, 0.95, 1e-45, 3.4e38, float("inf"), 2.5]
+    for value in values + values:
+        want = float(np.format_float_positional(np.float32(value), unique=True, trim="0"))
+        got = _decimal(value)
+        assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want), value
+    assert math.isnan(_decimal(float("nan")))
+    assert _decimal(0.7) == 0.7 and _decimal(0.7000001) != 0.7
