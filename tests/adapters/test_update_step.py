@@ -72,6 +72,19 @@ def test_the_step_is_bitwise_deterministic_and_changes_every_trained_tensor(step
     assert not list(first.path.parent.glob(".one-step-*"))  # published atomically
 
 
+def test_the_step_leaves_the_process_deterministic_setting_as_it_found_it(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from xconf.adapters.hf.update_step import parse_step, take_step
+
+    w0 = write_checkpoint("llama", tmp_path / "w0")
+    assert not torch.are_deterministic_algorithms_enabled()
+    take_step(w0, _rows(), parse_step({"optimizer": "sgd", "lr": 0.05}), tmp_path / "w1")
+    assert not torch.are_deterministic_algorithms_enabled()  # the scorer's kernels unchanged
+
+
 def test_an_sgd_step_is_w0_minus_lr_times_the_gradient(stepped: Any) -> None:
     """Recomputed here: transformers' own logits, the mean NLL, autograd, W0 - lr * grad."""
     import torch
@@ -93,9 +106,10 @@ def test_an_sgd_step_is_w0_minus_lr_times_the_gradient(stepped: Any) -> None:
     loss.backward()
     after = load_file(str(first.path / "model.safetensors"))
     for name, p in model.named_parameters():
+        assert p.grad is not None, name
         expected = p.detach() - 0.05 * p.grad
         assert torch.allclose(after[name], expected, atol=1e-6, rtol=0), name
-    assert abs(float(loss) - first.loss) < 1e-5
+    assert abs(float(loss.detach()) - first.loss) < 1e-5
 
 
 def test_pre_update_state_names_w0_the_rule_the_tokens_and_w1(stepped: Any) -> None:

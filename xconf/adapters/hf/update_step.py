@@ -133,18 +133,23 @@ def take_step(w0: Path, rows: Mapping[str, Any], rule: StepRule, root: Path) -> 
     w0_digest, tok_digest = tensors_digest(names), tokens_digest(rows)
     key = canonical_digest({"w0": w0_digest, "rule": rule.describe(), "tokens": tok_digest})
     final = root / f"one-step-{key[:24]}"
+    # Deterministic kernels for the step only: the setting is process-wide, and the caller's
+    # (a scorer in the same process, another test) is put back whatever happens.
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(str(w0), torch_dtype=torch.float32)
-    model.train(False)  # no dropout: the step is a function of W0, the rule and the tokens
-    params = [p for p in model.parameters() if p.requires_grad]
-    if rule.optimizer == "sgd":
-        opt: Any = torch.optim.SGD(params, lr=rule.lr)
-    else:
-        opt = torch.optim.AdamW(params, lr=rule.lr, foreach=False)
-    loss = _loss(model, rows)
-    loss.backward()
-    opt.step()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(w0), torch_dtype=torch.float32)
+        model.train(False)  # no dropout: the step is a function of W0, the rule and the tokens
+        params = [p for p in model.parameters() if p.requires_grad]
+        if rule.optimizer == "sgd":
+            opt: Any = torch.optim.SGD(params, lr=rule.lr)
+        else:
+            opt = torch.optim.AdamW(params, lr=rule.lr, foreach=False)
+        loss = _loss(model, rows)
+        loss.backward()
+        opt.step()
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
     state = model.state_dict()
     w1 = {n: state[n].detach().to(names[n].dtype).contiguous() for n in names}
     w1_digest = tensors_digest(w1)
