@@ -40,6 +40,7 @@ PERTURBATION = "xconf-perturb/1"
 SOURCE_SEED = 0
 SOURCE_SCALE = 0.01
 WEIGHTS = "model.safetensors"
+_MAX_WEIGHTS_BYTES = 1 << 40  # a bound on one weights file, not a limit any model meets
 
 
 @dataclass(frozen=True)
@@ -197,9 +198,11 @@ def prepare(
 def _weights_digest(path: Path) -> str:
     """sha256 of a checkpoint's weight files, in order (one file: that file's sha256)."""
     from xconf.adapters.models.local import weight_files
+    from xconf.artifacts.layout import sha256_file
 
     files = weight_files(path)
-    digests = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
+    # Streamed (a checkpoint is not read into memory); a snapshot may be a symlink farm.
+    digests = [sha256_file(f, _MAX_WEIGHTS_BYTES, follow=True) for f in files]
     if len(digests) == 1:
         return digests[0]
     return hashlib.sha256("".join(digests).encode()).hexdigest()
