@@ -94,6 +94,9 @@ class RolloutEngineConfig:
     weight_sync_dtype: str = _SETTINGS.weight_sync_dtype
     # Tensors the sync does not send: a planted stale parameter (tests only; never a knob).
     weight_sync_withhold: tuple[str, ...] = ()
+    # The checkpoint a reload engine is built from (None: the perturbed scored checkpoint):
+    # a one-step identity's pre-update state W0 (adapters/hf/update_step.py).
+    weight_sync_source: str | None = None
 
     @classmethod
     def from_settings(cls, settings: VllmSettings, **construction: Any) -> RolloutEngineConfig:

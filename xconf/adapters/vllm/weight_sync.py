@@ -40,6 +40,7 @@ PERTURBATION = "xconf-perturb/1"
 SOURCE_SEED = 0
 SOURCE_SCALE = 0.01
 WEIGHTS = "model.safetensors"
+_MAX_WEIGHTS_BYTES = 1 << 40  # a bound on one weights file, not a limit any model meets
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class SyncFiles:
     sent_digest: str
     lossless: bool  # the transport cast back equals every scored tensor bit for bit
     withheld: tuple[str, ...]
+    # How the source came to be: the perturbation (``source_rule()``) or a given checkpoint
+    # (the pre-update state W0 of a one-step identity: ``prepare(source=...)``).
+    rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,12 @@ def perturbed(tensors: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFiles:
-    """Write the source, transport and sent checkpoints of one synced engine."""
+def prepare(
+    model_path: str, dtype: str, withhold: Sequence[str] = (), source: str | None = None
+) -> SyncFiles:
+    """Write the source, transport and sent checkpoints of one synced engine. ``source``: a
+    checkpoint the engine is built from as it is (the pre-update state W0 of a one-step
+    identity, ``adapters/hf/update_step.py``) instead of the perturbed scored one."""
     import torch
 
     from xconf.adapters.errors import UnsupportedKnobError
@@ -157,7 +165,13 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
     root = Path(tempfile.mkdtemp(prefix="xconf-weight-sync-"))
     try:
         src = Path(model_path)
-        source_digest = _checkpoint(src, root / "source", perturbed(scored), source_rule())
+        if source is None:
+            rule = source_rule()
+            source_digest = _checkpoint(src, root / "source", perturbed(scored), rule)
+            source_path = root / "source"
+        else:
+            source_path, source_digest = Path(source), _weights_digest(Path(source))
+            rule = f"pre-update checkpoint {source_path.name}"
         transport_digest = _checkpoint(src, root / "transport", transport, f"transport {dtype}")
         sent_path, sent_digest = root / "transport", transport_digest
         if withhold:  # otherwise the sent file is the transport: never written twice
@@ -169,7 +183,7 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
         raise
     return SyncFiles(
         root,
-        root / "source",
+        source_path,
         root / "transport",
         sent_path,
         source_digest,
@@ -177,7 +191,21 @@ def prepare(model_path: str, dtype: str, withhold: Sequence[str] = ()) -> SyncFi
         sent_digest,
         lossless,
         tuple(sorted(withhold)),
+        rule,
     )
+
+
+def _weights_digest(path: Path) -> str:
+    """sha256 of a checkpoint's weight files, in order (one file: that file's sha256)."""
+    from xconf.adapters.models.local import weight_files
+    from xconf.artifacts.layout import sha256_file
+
+    files = weight_files(path)
+    # Streamed (a checkpoint is not read into memory); a snapshot may be a symlink farm.
+    digests = [sha256_file(f, _MAX_WEIGHTS_BYTES, follow=True) for f in files]
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256("".join(digests).encode()).hexdigest()
 
 
 def files_dtype(paths: Sequence[Path]) -> str:
@@ -243,7 +271,7 @@ def sync(
         stale=stale_tensors(live, reference),
         live_digest=_combined(live),
         reference_digest=_combined(reference),
-        source_rule=source_rule(),
+        source_rule=files.rule or source_rule(),
         source_digest=files.source_digest,
         sent_digest=files.sent_digest,
         lossless=files.lossless,
@@ -262,7 +290,9 @@ def reference(
     from xconf.adapters.vllm.live_weights import parameter_digests
     from xconf.knobs import WEIGHT_SYNC_LOAD
 
-    files = prepare(cfg.model_path, cfg.weight_sync_dtype, cfg.weight_sync_withhold)
+    files = prepare(
+        cfg.model_path, cfg.weight_sync_dtype, cfg.weight_sync_withhold, cfg.weight_sync_source
+    )
     loaded = replace(
         cfg,
         model_path=str(files.transport),
