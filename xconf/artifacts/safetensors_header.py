@@ -39,6 +39,8 @@ ITEMSIZE = {
     "U64": 8,
     "F64": 8,
 }
+# torch's names of the floating dtypes a checkpoint's weights come in (what a header's code means).
+FLOAT_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 MAX_HEADER_BYTES = 100 << 20  # safetensors itself refuses headers above 100 MB
 MAX_RANK = 16
 MAX_DIM = 1 << 48

@@ -211,16 +211,15 @@ def _weights_digest(path: Path) -> str:
 def files_dtype(paths: Sequence[Path]) -> str:
     """The one dtype of the floating tensors in these safetensors files, from their headers
     (what travelled; ``mixed:...`` when they hold several)."""
-    from xconf.artifacts.safetensors_header import header_length, parse_header
+    from xconf.artifacts.safetensors_header import FLOAT_NAMES, header_length, parse_header
 
-    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
     found: set[str] = set()
     for path in paths:
         with path.open("rb") as f:
             size = path.stat().st_size
             length = header_length(f.read(8), size, str(path))
             header = parse_header(f.read(length), size - 8 - length, str(path))
-        found |= {names[e.dtype] for e in header.entries.values() if e.dtype in names}
+        found |= {FLOAT_NAMES[e.dtype] for e in header.entries.values() if e.dtype in FLOAT_NAMES}
     return found.pop() if len(found) == 1 else "mixed:" + ",".join(sorted(found))
 
 
