@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,20 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 S0_JSON = EXAMPLES / "cross_config_s0_cpu_smoke.json"
 S3_JSON = EXAMPLES / "cross_config_s3_qwen3_8b_tp4_cp4_bf16.json"
+
+
+@pytest.fixture(autouse=True)
+def _file_log_handlers_restored() -> Any:
+    """Each test leaves the root logger's file handlers as it found them: an in-process Hydra
+    run adds its job log's FileHandler and never removes it, so without this every later test
+    in the worker logs into that run's file (or, once the file's folder is gone, fails)."""
+    root = logging.getLogger()
+    before = set(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and handler not in before:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def load_json(path: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import signal
 import sys
 from collections.abc import Iterator
@@ -206,6 +207,34 @@ def test_bad_overrides_are_refused_in_plan_mode(
     assert info.value.code == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    _no_handler_writes_into(tmp_path)
+
+
+def _no_handler_writes_into(folder: Path) -> None:
+    """The refused run's log handler left with its directory: closed (as any dictConfig
+    closes handlers) and then sent a record, it would reopen a file whose folder is gone."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            assert not Path(handler.baseFilename).is_relative_to(folder), handler
+    for handler in logging.getLogger().handlers:
+        handler.close()
+    logging.getLogger("xconf.tests.after_refusal").warning("a record after the refusal")
+
+
+def test_a_refused_task_leaves_no_log_handler_behind(monkeypatch, tmp_path, capsys) -> None:
+    """A value only the task can refuse (a runtime option): Hydra made its run directory and
+    its job log's handler; both go, so the process logs on without an error."""
+    from xconf.cli import hydra_app
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["xconf-run", "+experiment=cpu_smoke", "mode=plan", "output_root=out"]
+    monkeypatch.setattr(sys, "argv", [*argv, "runtime.vocab_size=true"])
+    with pytest.raises(SystemExit) as info:
+        hydra_app.main()
+    assert info.value.code == 2
+    assert "[config.wrong_type] at 'runtime.vocab_size'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    _no_handler_writes_into(tmp_path)
 
 
 def test_operator_aliases_plan_one_case_id(s0_doc) -> None:

@@ -15,6 +15,7 @@ else was written there, so a refusal still leaves nothing behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -115,6 +116,7 @@ def discard_run_dir(run_dir: str, job_name: str) -> None:
     top = _FRESH.pop(str(path), None)
     if top is None:
         return  # the directory was there before: it is the user's
+    _detach_file_handlers(path)
     hydra = path / ".hydra"
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         _unlink_file(hydra / name)
@@ -126,6 +128,29 @@ def discard_run_dir(run_dir: str, job_name: str) -> None:
             return
         if folder == top:
             return
+
+
+def _detach_file_handlers(folder: Path) -> None:
+    """Close and remove every logging handler that writes into ``folder``.
+
+    Hydra's job logging puts a FileHandler for ``<run dir>/<job>.log`` on the root logger
+    and never takes it off. Once the directory is gone, a handler that anything closed in
+    the meantime (``logging.config.dictConfig`` closes every handler it did not make) opens
+    its file again on the next record and raises ``FileNotFoundError`` into whoever logged:
+    in a process that goes on after the refusal (an in-process caller, a test session),
+    every later log line at that level would fail.
+    """
+    loggers = [logging.getLogger()]
+    loggers += [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.FileHandler) and Path(
+                handler.baseFilename
+            ).is_relative_to(folder):
+                logger.removeHandler(handler)
+                handler.close()
 
 
 def _unlink_file(path: Path) -> None:
