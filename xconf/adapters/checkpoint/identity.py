@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ _RECIPE_KEYS = frozenset(
         "temperature",
         "dtype",
         "dataset",
+        "update",
     }
 )
 
@@ -95,6 +97,11 @@ def parse_recipe(identity: Identity) -> dict[str, Any]:
         )
     if system:  # absent when empty: recipes without one keep their frozen-token cache key
         parsed["system_prompt"] = system
+    if "update" in recipe:  # one optimizer step after freezing: every case scores W1
+        from xconf.adapters.hf.update_step import parse_step
+
+        rule = parse_step(recipe["update"])
+        parsed["update"] = {"optimizer": rule.optimizer, "lr": rule.lr, "loss": rule.loss}
     dataset = parse_dataset(recipe.get("dataset"), parsed)
     if dataset is not None:
         # The dataset replaces the inline prompts (and their shared system prompt); its
@@ -193,6 +200,17 @@ def _store(path: Path, batch: FrozenBatch, key: str) -> None:
     write_cache_entry(path, batch.cache_bytes(key))
 
 
+@dataclass(frozen=True)
+class FrozenCheckpoint:
+    """What freezing gives the runtime: the identity, the checkpoint every case scores, and,
+    for a one-step identity, the pre-update checkpoint W0 (the weights a synced rollout
+    engine holds before the sync, as an RL loop's engine does)."""
+
+    identity: Identity
+    record: ModelRecord
+    pre_update: ModelRecord | None = None
+
+
 def freeze(
     identity: Identity,
     *,
@@ -200,19 +218,19 @@ def freeze(
     cache_dir: str | None,
     engine_options: Mapping[str, Any],
     local_record: ModelRecord | None = None,
-) -> tuple[Identity, ModelRecord]:
+) -> FrozenCheckpoint:
     """The frozen identity and the checkpoint it names (a frozen identity is only checked)."""
     dumped = dump_recipe(identity)
     if dumped is not None:  # a dumped step's own tokens: no rollout, nothing sampled
         dump_record = local_record or model.record(dumped.model, cache_dir)
         limit = int(engine_options["max_model_len"])
-        return freeze_dump(identity, dumped, dump_record, limit), dump_record
+        return FrozenCheckpoint(freeze_dump(identity, dumped, dump_record, limit), dump_record)
     recipe = parse_recipe(identity)
     record = local_record or model.record(recipe.get("model") or {}, cache_dir)
     check_declared(identity, record)
     if not recipe:
         FrozenBatch.from_identity(identity)  # validates the layout the scorers need
-        return identity, record
+        return FrozenCheckpoint(identity, record)
     if local_record is None and "pretrained" in recipe["model"]:
         pass  # the recipe names the packaged model; its digest is the checkpoint id
     elif record.local:
@@ -222,7 +240,9 @@ def freeze(
             "model": {"checkpoint": "local"},
             "tokenizer_path": record.tokenizer_path or record.path,
         }
-    cache, key = _cache_file(record, recipe, cache_dir)
+    # The tokens are sampled at W0 whether or not a step follows: a one-step identity scores
+    # the very tokens its no-step twin scores (the drift before and after, on one input).
+    cache, key = _cache_file(record, {k: v for k, v in recipe.items() if k != "update"}, cache_dir)
     batch = _load_cached(cache, key, record.vocab_size)
     if batch is None:
         from xconf.adapters.vllm.engine import RolloutEngineConfig, VllmRolloutEngine
@@ -251,14 +271,43 @@ def freeze(
                     temperature=recipe["temperature"],
                 )
         _store(cache, batch, key)
+    scored, pre_update = record, None
+    state = f"factory weights sha256:{record.checkpoint_sha256} (never updated)"
+    if "update" in recipe:
+        scored, state = _one_step(record, batch, recipe["update"], model, cache_dir)
+        pre_update = record
     frozen = build_identity(
         batch,
-        checkpoint_id=f"sha256:{record.checkpoint_sha256}",
-        model_version=record.model_version,
+        checkpoint_id=f"sha256:{scored.checkpoint_sha256}",
+        model_version=scored.model_version,
         tokenizer_id=record.tokenizer_id,
-        pre_update_state=f"factory weights sha256:{record.checkpoint_sha256} (never updated)",
+        pre_update_state=state,
         scoring_mode=identity.scoring_mode,
         recipe={**recipe, "model_spec_sha256": record.spec_sha256},
         cache_metadata=json.loads(identity.cache_metadata) or None,
     )
-    return frozen, record
+    return FrozenCheckpoint(frozen, scored, pre_update)
+
+
+def _one_step(
+    w0: ModelRecord,
+    batch: FrozenBatch,
+    rule_node: Mapping[str, Any],
+    model: ModelOptions,
+    cache_dir: str | None,
+) -> tuple[ModelRecord, str]:
+    """W1: one recorded optimizer step from W0 on the frozen tokens (``update_step.py``),
+    in the model cache, opened and digested as any local checkpoint; and the identity's
+    ``pre_update_state`` (W0's digest, the rule, the tokens' digest and W1's digest)."""
+    from xconf.adapters.hf.update_step import parse_step, take_step
+    from xconf.adapters.models.local import open_checkpoint
+
+    root = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "one-step"
+    step = take_step(Path(w0.path), batch.layout(), parse_step(rule_node), root)
+    w1 = open_checkpoint(
+        step.path,
+        w0.tokenizer_path,  # None: W1 holds byte copies of W0's tokenizer files
+        trust_remote_code=model.trust_remote_code,
+        cache_dir=cache_dir,
+    )
+    return w1, step.pre_update_state

@@ -86,6 +86,7 @@ class CheckpointRuntime:
             "in_process": bool(in_process),
         }
         self._record: ModelRecord | None = None
+        self._pre_update: ModelRecord | None = None  # W0 of a one-step identity
         self._model_facts: ModelFacts | None = None
         # Seconds spent in the runtimes themselves (bench/runtime.py splits a run with these).
         self.timings: dict[str, float] = {"freeze_s": 0.0, "construction_s": 0.0, "scoring_s": 0.0}
@@ -98,15 +99,16 @@ class CheckpointRuntime:
         if world_size() > 1:  # under a launcher: the baseline engine core gets its own process
             options["in_process"] = False
         started = time.perf_counter()
-        frozen, self._record = freeze(
+        frozen = freeze(
             identity,
             model=self.model_options,
             cache_dir=self.model_cache,
             engine_options=options,
             local_record=self._local_record,
         )
+        self._record, self._pre_update = frozen.record, frozen.pre_update
         self.timings["freeze_s"] += time.perf_counter() - started
-        return frozen
+        return frozen.identity
 
     def _facts(self, record: ModelRecord) -> ModelFacts:
         """The checkpoint's shape as transformers reads its config (read once)."""
@@ -171,6 +173,7 @@ class CheckpointRuntime:
             self.device,
             self.model_options.trust_remote_code,
             EngineOptions(**self.engine_options),
+            None if self._pre_update is None else self._pre_update.path,
         )
 
     def build_engine(self, binding: SideBinding, case: ExecutionCase) -> Engine:

@@ -28,3 +28,8 @@ class CheckpointModel:
     device: str
     trust_remote_code: bool
     engine: EngineOptions
+    sync_source: str | None = None
+    """A one-step identity's pre-update checkpoint W0 (``identity.recipe.update``): the
+    weights a synced rollout engine (``rollout.weight_sync=reload``) is built from before it
+    receives ``record``'s, as an RL loop's engine holds them. None: a perturbed copy of
+    ``record`` (``adapters/vllm/weight_sync.py``)."""

@@ -51,6 +51,7 @@ def _build(settings: VllmSettings, build: SideBuild[CheckpointModel]) -> Engine:
         executor=executor,
         tokenizer_path=shared.record.tokenizer_path,
         trust_remote_code=shared.trust_remote_code,
+        weight_sync_source=shared.sync_source,
         **options,
     )
     if executor == "external_launcher":  # one TP rank on every launched rank
