@@ -89,7 +89,7 @@ class RolloutEngineConfig:
     tokenizer_path: str | None = None  # None: the tokenizer files are in model_path
     trust_remote_code: bool = False
     # How the engine receives the scored weights (weight_sync.py): load, or reload from a
-    # perturbed source checkpoint, the weights travelling in weight_sync_dtype.
+    # source checkpoint (weight_sync_source below), the weights travelling in weight_sync_dtype.
     weight_sync: str = _SETTINGS.weight_sync
     weight_sync_dtype: str = _SETTINGS.weight_sync_dtype
     # Tensors the sync does not send: a planted stale parameter (tests only; never a knob).

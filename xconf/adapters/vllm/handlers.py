@@ -136,9 +136,10 @@ def _logits_dtype(request: KnobRequest) -> KnobApplication:
 def _weight_sync(request: KnobRequest) -> KnobApplication:
     if request.value == WEIGHT_SYNC_RELOAD:
         return request.applied(
-            "engine built from the perturbed source checkpoint, then sent the scored weights "
-            "by collective_rpc('reload_weights'); each tensor checked against an engine that "
-            "loaded them from disk"
+            "engine built from a source checkpoint (a one-step identity's pre-update weights, "
+            "else a perturbed copy of the scored ones: rollout.weight_sync_source), then sent "
+            "the scored weights by collective_rpc('reload_weights'); each tensor checked "
+            "against an engine that loaded them from disk"
         )
     return request.applied("the engine loads the scored checkpoint at construction")
 

@@ -57,8 +57,9 @@ class VllmSettings:
     """``rollout.top_p``: the scoring requests' top-p (1.0: every token)."""
     weight_sync: str = "load"
     """``rollout.weight_sync``: ``load`` (the engine loads the scored checkpoint) or ``reload``
-    (built from the perturbed source checkpoint, then sent the scored weights through vLLM's
-    ``reload_weights``: ``weight_sync.py``)."""
+    (built from a source checkpoint, then sent the scored weights through vLLM's
+    ``reload_weights``: ``weight_sync.py``; the source is a one-step identity's pre-update
+    weights, else a perturbed copy of the scored ones)."""
     weight_sync_dtype: str = "float32"
     """``rollout.weight_sync_dtype``: the dtype the synced weights travel in (``float32`` or
     ``bfloat16``; only under ``reload``)."""
