@@ -97,11 +97,28 @@ def test_a_bfloat16_transport_reads_back_its_dtype_and_says_it_rounded(synced: A
     assert not torch.equal(sync["scores"], synced["load"]["scores"])
 
 
-def test_a_withheld_tensor_is_a_failed_readback_naming_it(synced: Any) -> None:
+def test_a_withheld_tensor_reads_back_as_a_fallback_naming_it(synced: Any) -> None:
     """vLLM's CPU platform packs a linear weight into a kernel handle and leaves an empty
     parameter: the stale weight is found in the layer's effective weight (its forward)."""
     stale = synced["stale"]
     layer = WITHHELD.removesuffix(".weight")
     assert stale["sync"].stale == (f"0:effective:{layer}",)
-    assert isinstance(stale["knob"], ReadbackFailure)
-    assert layer in str(stale["knob"]) and stale["knob"] != "reload"
+    # read, not unreadable: a value that is not the request (a fallback, never "reload")
+    assert isinstance(stale["knob"], str) and not isinstance(stale["knob"], ReadbackFailure)
+    assert layer in stale["knob"] and stale["knob"] != "reload"
+    # so the knob is a fallback naming the layer: strict execution refuses it (an error case),
+    # without strict execution the case is judged and marked "intervention not applied"
+    from xconf.knobs import KNOBS
+    from xconf.runtime.materialization import apply_readback, strict_violations
+    from xconf.runtime.protocol import KnobApplication, SideBinding
+
+    path = "rollout.weight_sync"
+    requested = KnobApplication(
+        path, "rollout", KNOBS[path].lifecycle, "reload", "reload", None, "applied", "set"
+    )
+    binding = SideBinding("rollout", (requested,), "float32", (("world_size", 1),))
+    (actual,) = apply_readback(binding, {path: stale["knob"]})
+    assert actual.status == "fallback" and layer in actual.evidence, actual
+    (refused,) = strict_violations((actual,), strict_fallback=True)
+    assert refused.startswith("rollout:rollout.weight_sync fell back") and layer in refused
+    assert strict_violations((actual,), strict_fallback=False) == []

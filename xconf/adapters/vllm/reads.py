@@ -117,8 +117,14 @@ SAMPLED_TOP_P = _sampled(_TOP_P)
 
 def weight_sync(live: VllmState) -> ReadbackValue:
     """``load`` where no sync ran; ``reload`` only where every worker's every parameter and
-    buffer equals the reference's after the sync (``weight_sync.py``); a failed read naming
-    the stale tensors otherwise: a sync that left one stale is never read back as done."""
+    buffer equals the reference's after the sync (``weight_sync.py``); otherwise what the
+    engine holds, naming the stale tensors: a sync that left one stale is never read back as
+    done.
+
+    That value is not the request, so the knob is a fallback (the engine was sent the weights
+    and holds others: read, not unreadable): under strict execution the case is an ``error``
+    naming the tensors; without it the case is judged, marked "intervention not applied", and
+    its figures are the drift the stale tensors cause, never evidence the sync is harmless."""
     from xconf.knobs import WEIGHT_SYNC_LOAD, WEIGHT_SYNC_RELOAD
 
     sync = live.weight_sync
@@ -126,9 +132,9 @@ def weight_sync(live: VllmState) -> ReadbackValue:
         return WEIGHT_SYNC_LOAD
     if sync.stale:
         shown = ", ".join(sync.stale[:8]) + (" ..." if len(sync.stale) > 8 else "")
-        return ReadbackFailure(
-            f"the weight sync left {len(sync.stale)} tensor(s) stale (live != the weights as "
-            f"sent, loaded from disk): {shown}"
+        return (
+            f"{WEIGHT_SYNC_RELOAD} leaving {len(sync.stale)} tensor(s) stale (live != the "
+            f"weights as sent, loaded from disk): {shown}"
         )
     return WEIGHT_SYNC_RELOAD
 
