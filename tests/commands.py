@@ -57,3 +57,31 @@ def refused_in_process(
     assert f"[{code}]" in err and named in err, (label, err)
     assert "Traceback" not in err, (label, err)
     return err
+
+
+def run_composed(
+    overrides: list[str],
+    output_root: Path,
+    *,
+    edit: Any = None,
+    resume: bool = True,
+) -> tuple[Any, Any]:
+    """The experiment ``xconf-run OVERRIDES`` composes, run in this process through the same
+    service (the strict document, ``session.prepare``, ``run_prepared``): returns the run's
+    summary and the runtime it built. ``edit(cfg)`` may change the composed config first (a
+    subset of an identity's prompts)."""
+    from hydra import compose, initialize_config_dir
+
+    from xconf.config.hydra_document import experiment_document
+    from xconf.config.strict import parse_experiment
+    from xconf.runtime.loading import instantiate_runtime
+    from xconf.session import prepare, run_prepared
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    if edit is not None:
+        edit(cfg)
+    spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
+    adapter = instantiate_runtime(cfg.runtime)  # as `xconf-run` builds it
+    prepared = prepare(spec, output_root=output_root, allow_smoke_operators=False, device="cpu")
+    return run_prepared(prepared, adapter, resume=resume), adapter

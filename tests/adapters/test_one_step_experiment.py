@@ -19,20 +19,13 @@ import pytest
 
 from tests.adapters.archs import write_checkpoint
 from tests.adapters.conftest import needs_vllm
+from tests.commands import run_composed
 
 pytestmark = [needs_vllm, pytest.mark.slow]
-CONF = Path(__file__).resolve().parents[2] / "conf"
 STEP = "{optimizer: sgd, lr: 0.05}"
 
 
 def _run(checkpoint: Path, cache: str, out: Path, *extra: str) -> tuple[Any, Any]:
-    from hydra import compose, initialize_config_dir
-
-    from xconf.config.hydra_document import experiment_document
-    from xconf.config.strict import parse_experiment
-    from xconf.runtime.loading import instantiate_runtime
-    from xconf.session import prepare, run_prepared
-
     overrides = [
         "+experiment=s2_cpu",
         "runtime=vllm_hf",
@@ -41,12 +34,7 @@ def _run(checkpoint: Path, cache: str, out: Path, *extra: str) -> tuple[Any, Any
         "identity.recipe.response_len=6",
         *extra,
     ]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
-    adapter = instantiate_runtime(cfg.runtime)  # as `xconf-run` builds it
-    prepared = prepare(spec, output_root=out, allow_smoke_operators=False, device="cpu")
-    return run_prepared(prepared, adapter, resume=True), adapter
+    return run_composed(overrides, out)
 
 
 def _attempt(summary: Any, label: str) -> Path:

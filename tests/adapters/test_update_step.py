@@ -85,6 +85,42 @@ def test_the_step_leaves_the_process_deterministic_setting_as_it_found_it(
     assert not torch.are_deterministic_algorithms_enabled()  # the scorer's kernels unchanged
 
 
+@pytest.mark.parametrize("same", [True, False], ids=["same-step", "other-bytes"])
+def test_a_step_published_by_another_process_first_is_taken_only_when_it_is_w1(
+    stepped: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same: bool
+) -> None:
+    """Two runs stepping the same W0 on the same tokens race for one directory: the loser's
+    rename fails, and it takes the winner's W1 only when that holds the recorded digest."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from xconf.adapters.hf import update_step
+    from xconf.adapters.hf.update_step import WEIGHTS, parse_step, take_step
+
+    w0, first, _ = stepped
+    real_rename = update_step.os.rename
+
+    def lose_the_race(src: str, dst: str) -> None:
+        shutil.copytree(first.path, dst)  # the other process's directory lands first
+        if not same:
+            tensors = load_file(str(Path(dst) / WEIGHTS))
+            name = sorted(tensors)[0]
+            tensors[name] = tensors[name] + 1
+            save_file(tensors, str(Path(dst) / WEIGHTS))
+        real_rename(src, dst)  # onto a non-empty directory: OSError, as the loser sees it
+
+    monkeypatch.setattr(update_step.os, "rename", lose_the_race)
+    rule = parse_step({"optimizer": "sgd", "lr": 0.05})
+    if same:
+        record = take_step(w0, _rows(), rule, tmp_path)
+        assert record.w1_digest == first.w1_digest and record.path.is_dir()
+    else:
+        with pytest.raises(OSError):
+            take_step(w0, _rows(), rule, tmp_path)
+    assert not list(tmp_path.glob(".one-step-*"))  # the loser's own copy is gone either way
+
+
 def test_an_sgd_step_is_w0_minus_lr_times_the_gradient(stepped: Any) -> None:
     """Recomputed here: transformers' own logits, the mean NLL, autograd, W0 - lr * grad."""
     import torch

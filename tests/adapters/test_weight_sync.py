@@ -5,8 +5,8 @@ the scored weights through ``reload_weights``.
 A complete float32 sync holds exactly what a ``load`` engine holds (its scores are bit for
 bit a load engine's) and reads back ``reload``; a bfloat16 transport reads back its dtype and
 says it was lossy; a sync that withholds one tensor (a planted stale parameter) reads back
-what the engine holds, naming it (a fallback), never ``reload``. Gemma2 ties its embeddings (vLLM's Gemma2 has no lm_head
-of its own): the tie is synced too.
+what the engine holds, naming it (a fallback), never ``reload``. Gemma2 ties its embeddings
+(vLLM's Gemma2 has no lm_head of its own): the tie is synced too.
 """
 
 from __future__ import annotations

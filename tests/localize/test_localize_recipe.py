@@ -17,24 +17,17 @@ import pytest
 
 from tests.adapters.archs import write_checkpoint
 from tests.adapters.conftest import needs_vllm
+from tests.commands import run_composed
 from tests.inputs.datasets import write_jsonl
 from xconf.artifacts.localization import latest
 
 pytestmark = [needs_vllm, pytest.mark.slow]
-CONF = Path(__file__).resolve().parents[2] / "conf"
 PROMPTS = [{"prompt": "the rollout engine samples"}, {"prompt": "one two three four"}]
 
 
 def test_a_local_checkpoint_run_with_a_dataset_localizes(
     model_cache: str, tmp_path: Path, xconf_cli
 ) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from xconf.config.hydra_document import experiment_document
-    from xconf.config.strict import parse_experiment
-    from xconf.runtime.loading import instantiate_runtime
-    from xconf.session import prepare, run_prepared
-
     checkpoint = write_checkpoint("llama", tmp_path / "llama")
     data = write_jsonl(tmp_path / "prompts.jsonl", PROMPTS)
     overrides = [
@@ -45,14 +38,7 @@ def test_a_local_checkpoint_run_with_a_dataset_localizes(
         f"identity.recipe.dataset.path={data}",
         "identity.recipe.dataset.max_tokens=4",
     ]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    spec = parse_experiment(experiment_document(cfg), require_schema_version=False)
-    adapter = instantiate_runtime(cfg.runtime)  # as `xconf-run` builds it
-    prepared = prepare(
-        spec, output_root=tmp_path / "out", allow_smoke_operators=False, device="cpu"
-    )
-    summary = run_prepared(prepared, adapter, resume=True)
+    summary, adapter = run_composed(overrides, tmp_path / "out")
     (baseline,) = summary.records
     assert baseline.result in ("pass", "fail"), baseline.reason
     run = Path(summary.experiment_dir)

@@ -181,8 +181,11 @@ class CheckpointRuntime:
 
         started = time.perf_counter()
         try:
-            # Engines load weights now: a checkpoint replaced since the freeze is another model.
+            # Engines load weights now: a checkpoint replaced since the freeze is another model
+            # (the pre-update W0 too: a synced engine is built from it).
             verify_unchanged(self.record, self.model_cache)
+            if self._pre_update is not None:
+                verify_unchanged(self._pre_update, self.model_cache)
             return Timed(self.sides.build(binding, case, self.shared()), self.timings)
         finally:
             self.timings["construction_s"] += time.perf_counter() - started

@@ -168,7 +168,14 @@ def take_step(w0: Path, rows: Mapping[str, Any], rule: StepRule, root: Path) -> 
         publish_bytes(tmp, WEIGHTS, tensor_parts(w1, {"xconf": record.pre_update_state}))
         if final.exists():
             shutil.rmtree(final)  # not the recorded W1 (checked above): replaced whole
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process published the same step first: its W1 is taken when it holds
+            # the recorded digest (the step is a function of W0, the rule and the tokens).
+            if not (final.is_dir() and _held(final) == w1_digest):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
