@@ -149,13 +149,18 @@ def check_declared(identity: Identity, record: ModelRecord) -> None:
         )
 
 
+def _cache_area(cache_dir: str | None, name: str) -> Path:
+    """A folder of the model cache that freezing owns (frozen tokens, one-step checkpoints)."""
+    return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / name
+
+
 def _cache_file(
     record: ModelRecord, recipe: Mapping[str, Any], cache_dir: str | None
 ) -> tuple[Path, str]:
     """Where the recipe's frozen tokens are cached, and the key the entry must hold."""
     key = canonical_digest({"recipe": dict(recipe), "checkpoint": record.checkpoint_sha256})
     # Never write into a user's checkpoint directory: its frozen tokens live in the cache.
-    root = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "frozen"
+    root = _cache_area(cache_dir, "frozen")
     return (root if record.local else Path(record.path) / "frozen") / f"{key[:24]}.json", key
 
 
@@ -302,7 +307,7 @@ def _one_step(
     from xconf.adapters.hf.update_step import parse_step, take_step
     from xconf.adapters.models.local import open_checkpoint
 
-    root = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "one-step"
+    root = _cache_area(cache_dir, "one-step")
     step = take_step(Path(w0.path), batch.layout(), parse_step(rule_node), root)
     w1 = open_checkpoint(
         step.path,
